@@ -1,0 +1,51 @@
+"""oneDNN Graph API ConvTranspose ops on NumPy arrays.
+
+``ConvTranspose``, ``ConvTransposeBackwardData`` and ``ConvTransposeBackwardWeights`` as op
+classes (attributes at construction, inputs at call) and functions, plus the legacy
+``ConvTransposeBackpropFilters``; ``reference`` is an independent NumPy float64 oracle.
+"""
+
+from __future__ import annotations
+
+from ._loader import preload as _preload
+
+LIBDNNL_PATH = _preload()
+
+try:
+    from . import _core
+except ImportError as e:  # pragma: no cover - depends on the install
+    e.add_note(
+        "onednn_convt's native module failed to load. Reinstall with 'pip install .' (it needs "
+        "onednn-cpu-gomp==2023.2.0 installed in the same environment) or set "
+        "ONEDNN_CONVT_LIBDNNL to your libdnnl.so.3."
+    )
+    raise
+
+from .errors import OneDNNError, UnsupportedError
+from .functional import (
+    conv_transpose,
+    conv_transpose_backward_data,
+    conv_transpose_backward_weights,
+)
+from .info import cache_info, clear_cache, info, set_cache_capacity
+from .legacy import ConvTransposeBackpropFilters
+from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConvTranspose",
+    "ConvTransposeBackpropFilters",
+    "ConvTransposeBackwardData",
+    "ConvTransposeBackwardWeights",
+    "LIBDNNL_PATH",
+    "OneDNNError",
+    "UnsupportedError",
+    "cache_info",
+    "clear_cache",
+    "conv_transpose",
+    "conv_transpose_backward_data",
+    "conv_transpose_backward_weights",
+    "info",
+    "set_cache_capacity",
+]

@@ -1,0 +1,112 @@
+"""What runs underneath: oneDNN version, CPU, threads, dtype support, compile cache."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _core, dtypes
+from .errors import UnsupportedError
+
+#: dnnl_cpu_isa_t values (dnnl_types.h) -> names.
+_ISA_NAMES = {
+    0x0: "default", 0x1: "sse41", 0x3: "avx", 0x7: "avx2", 0xF: "avx2_vnni",
+    0x1F: "avx2_vnni_2", 0x27: "avx512_core", 0x67: "avx512_core_vnni",
+    0xE7: "avx512_core_bf16", 0x1EF: "avx512_core_fp16", 0xFEF: "avx512_core_amx",
+    0x1FEF: "avx512_core_amx_fp16",
+}
+_RUNTIMES = {1: "sequential", 2: "OpenMP", 4: "TBB", 8: "threadpool"}
+
+
+def omp_max_threads() -> int | None:
+    """OpenMP's thread count for oneDNN (libgomp), or None if it cannot be read."""
+    try:
+        return int(ctypes.CDLL("libgomp.so.1").omp_get_max_threads())
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def dtype_support() -> dict[str, dict[str, str]]:
+    """For each op and dtype: ``"native"`` (oneDNN has a kernel on this CPU) or ``"emulated"``.
+
+    Emulated means the op runs in f32 on values converted from the dtype, and the result is
+    rounded to the dtype (spec D10). Found by compiling a tiny problem with ``strict=True``.
+    """
+    from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 3))  # NCX, 1-D
+    w = rng.standard_normal((2, 2, 2))  # IOX
+    y = rng.standard_normal((1, 2, 4))
+    attrs = dict(data_format="NCX", weights_format="IOX")
+    calls = {
+        "ConvTranspose": lambda c, t: ConvTranspose(strict=True, **attrs)(c(x, t), c(w, t)),
+        "ConvTransposeBackwardData": lambda c, t: ConvTransposeBackwardData(strict=True, **attrs)(
+            c(y, t), c(w, t)
+        ),
+        "ConvTransposeBackwardWeights": lambda c, t: ConvTransposeBackwardWeights(
+            strict=True, weights_shape=(2, 2, 2), **attrs
+        )(c(x, t), c(y, t)),
+    }
+    result: dict[str, dict[str, str]] = {}
+    for op, call in calls.items():
+        result[op] = {}
+        for code, dtype in dtypes.FLOAT_DTYPES.items():
+            try:
+                call(lambda a, t: a.astype(t), dtype)
+                result[op][code] = "native"
+            except UnsupportedError:
+                result[op][code] = "emulated"
+    return result
+
+
+def info() -> dict[str, Any]:
+    """oneDNN version and commit, library path, CPU runtime and ISA, threads, dtype support."""
+    from . import LIBDNNL_PATH
+
+    v = _core.version()
+    return {
+        "onednn_version": f"{v['major']}.{v['minor']}.{v['patch']}",
+        "onednn_commit": v["hash"],
+        "libdnnl": os.path.realpath(LIBDNNL_PATH) if os.path.sep in LIBDNNL_PATH else LIBDNNL_PATH,
+        "cpu_runtime": _RUNTIMES.get(v["cpu_runtime"], str(v["cpu_runtime"])),
+        "cpu_isa": _ISA_NAMES.get(_core.cpu_isa(), hex(_core.cpu_isa())),
+        "threads": omp_max_threads(),
+        "dtypes": dtype_support(),
+        "cache": cache_info(),
+    }
+
+
+def cache_info() -> dict[str, int]:
+    """Compiled-partition cache counters: hits, misses, size, capacity."""
+    return dict(_core.cache_info())
+
+
+def set_cache_capacity(capacity: int) -> None:
+    """Bound the compiled-partition cache (LRU) to ``capacity`` entries; 0 disables it."""
+    if not isinstance(capacity, int) or capacity < 0:
+        msg = f"set_cache_capacity: argument 'capacity' expected an int >= 0, got {capacity!r}"
+        raise ValueError(msg)
+    _core.set_cache_capacity(capacity)
+
+
+def clear_cache() -> None:
+    """Drop every cached compiled partition and reset the counters."""
+    _core.clear_cache()
+
+
+def add_arguments(parser: Any) -> None:
+    """``onednn-convt info``: no options."""
+
+
+def run(args: Any) -> int:
+    """Print :func:`info` as JSON."""
+    import json
+
+    print(json.dumps(info(), indent=2))
+    return 0

@@ -1,0 +1,574 @@
+"""The op classes: ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights.
+
+An op object holds checked attributes (from :mod:`onednn_convt.schema`). A call checks the
+tensors, computes the output shape (:mod:`onednn_convt.shapes`), chooses how the op is
+lowered onto the library, compiles once per input signature (shapes, strides, dtypes) and
+executes on the arrays' memory. A repeated call with the same signature goes straight to
+execution.
+
+Layouts: activations are NXC (default) or NCX by ``data_format``; weights are XOI
+(default) = (X..., OC/groups, IC) or IOX = (IC, OC/groups, X...) by ``weights_format``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Optional, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from . import _core, dtypes, schema, shapes
+from .errors import UnsupportedError
+from .schema import IntList
+
+#: (library op kind, dtype code) -> whether the library compiles it natively here.
+_NATIVE: dict[tuple[str, str], bool] = {}
+
+
+@dataclass
+class Lowering:
+    """How one call maps onto a library op.
+
+    Attributes:
+        kind: library op kind that runs (``"Convolution"`` for BackwardData, spec D9).
+        attrs: library attributes, fully resolved (explicit pads, auto_pad ``"None"``).
+        inputs: indices of the call's inputs passed to the library, in its order.
+        out_shape: shape of the result.
+    """
+
+    kind: str
+    attrs: dict[str, Any]
+    inputs: tuple[int, ...]
+    out_shape: tuple[int, ...]
+
+
+@dataclass
+class _Plan:
+    """A compiled call for one input signature."""
+
+    compiled: Any
+    lowering: Lowering
+    dtype: np.dtype[Any]
+    emulated: bool
+    fixers: list[Optional[Callable[[np.ndarray], np.ndarray]]] = field(default_factory=list)
+
+    def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
+        args = [arrays[i] for i in self.lowering.inputs]
+        if self.emulated:
+            args = [np.ascontiguousarray(a, dtype=np.float32) for a in args]
+            result = np.empty(self.lowering.out_shape, np.float32)
+            self.compiled.execute(args, result)
+            if out is None:
+                return result.astype(self.dtype)
+            np.copyto(out, result, casting="unsafe")
+            return out
+        if self.fixers:
+            args = [f(a) if f else a for f, a in zip(self.fixers, args)]
+        if out is None:
+            out = np.empty(self.lowering.out_shape, self.dtype)
+        self.compiled.execute(args, out)
+        return out
+
+
+def _element_strides(a: np.ndarray) -> Optional[tuple[int, ...]]:
+    """Strides of ``a`` in elements, or None where oneDNN cannot describe them."""
+    size = a.itemsize
+    if not a.flags.aligned or any(s % size for s in a.strides):
+        return None
+    strides = tuple(s // size for s in a.strides)
+    if any(s <= 0 and n > 1 for s, n in zip(strides, a.shape)):
+        return None
+    return strides
+
+
+def _dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _fixed_view(a: np.ndarray) -> Optional[Callable[[np.ndarray], np.ndarray]]:
+    """How to present ``a`` to oneDNN: None as it is, or a function giving a usable array.
+
+    Size-1 dimensions may have any stride in NumPy (0 after ``x[None]``); a view with a
+    positive stride there costs nothing. Negative or zero strides on longer dimensions and
+    misaligned data are copied (``numpy.ascontiguousarray``): oneDNN cannot describe them.
+    """
+    strides = _element_strides(a)
+    if strides is None:
+        return np.ascontiguousarray
+    if all(s > 0 for s in strides):
+        return None
+    fixed = tuple(s if s > 0 else 1 for s in a.strides)
+    return lambda x: np.lib.stride_tricks.as_strided(x, strides=fixed)
+
+
+def _describe(a: np.ndarray, code: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+    strides = _element_strides(a)
+    assert strides is not None and all(s > 0 for s in strides)
+    return tuple(a.shape), strides, code
+
+
+def _non_overlapping(a: np.ndarray) -> bool:
+    dims = sorted((s, n) for s, n in zip(a.strides, a.shape) if n > 1)
+    extent = a.itemsize
+    for s, n in dims:
+        if s < extent:
+            return False
+        extent = s * n
+    return True
+
+
+class _Op:
+    """Shared machinery of the three ops; subclasses give the spec of each."""
+
+    op_name: ClassVar[str]
+    input_names: ClassVar[tuple[str, ...]]
+    output_name: ClassVar[str]
+    _PLAN_SLOTS: ClassVar[int] = 16
+
+    def __init__(self, attrs: dict[str, Any], strict: bool) -> None:
+        self.attrs = schema.normalize(self.op_name, attrs)
+        self.strict = bool(strict)
+        self._plans: dict[Any, _Plan] = {}
+        self.last_plan: Optional[_Plan] = None
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items() if v is not None)
+        return f"{type(self).__name__}({given})"
+
+    # -- the call -------------------------------------------------------------------------
+    def _signature(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Any:
+        sig = tuple(None if a is None else (a.shape, a.strides, a.dtype) for a in arrays)
+        return sig, None if out is None else (out.shape, out.strides, out.dtype)
+
+    def _call(self, inputs: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
+        arrays = [self._as_array(name, x) for name, x in zip(self.input_names, inputs)]
+        key = self._signature(arrays, out)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._make_plan(arrays, out)
+            if len(self._plans) >= self._PLAN_SLOTS:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = plan
+        elif out is not None:
+            self._check_aliasing(arrays, out)
+        self.last_plan = plan
+        return plan.run(arrays, out)
+
+    def _as_array(self, name: str, x: Any) -> Any:
+        if x is None or isinstance(x, np.ndarray):
+            return x
+        if isinstance(x, (str, bytes, dict, set)) or not hasattr(x, "__len__") and not hasattr(
+            x, "__array__"
+        ):
+            msg = f"{self.op_name}: argument '{name}' expected a NumPy array, got {type(x).__name__}"
+            raise TypeError(msg)
+        return np.asarray(x)
+
+    # -- planning -------------------------------------------------------------------------
+    def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> _Plan:
+        code = self._check_dtypes(arrays)
+        lowering = self._lower(arrays)
+        dtype = dtypes.FLOAT_DTYPES[code]
+        if out is not None:
+            self._check_out(arrays, out, lowering.out_shape, dtype)
+        args = [arrays[i] for i in lowering.inputs]
+        native = _NATIVE.get((lowering.kind, code))
+        if native is not False:
+            fixers = [_fixed_view(a) for a in args]
+            fixed = [f(a) if f else a for f, a in zip(fixers, args)]
+            out_desc = (
+                _describe(out, code)
+                if out is not None
+                else (lowering.out_shape, _dense_strides(lowering.out_shape), code)
+            )
+            try:
+                compiled = _core.compile(
+                    lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc
+                )
+            except UnsupportedError:
+                if code == "f32":
+                    raise
+                _NATIVE[(lowering.kind, code)] = False
+            else:
+                _NATIVE[(lowering.kind, code)] = True
+                used = fixers if any(fixers) else []
+                return _Plan(compiled, lowering, dtype, False, used)
+        if self.strict:
+            msg = (
+                f"{self.op_name}: oneDNN has no {code} kernel for this op on this CPU "
+                "(strict=True; with strict=False it is computed in f32 and rounded)"
+            )
+            raise UnsupportedError(msg, 3)
+        f32 = [
+            (tuple(a.shape), _dense_strides(a.shape), "f32") for a in args
+        ]
+        out_desc = (lowering.out_shape, _dense_strides(lowering.out_shape), "f32")
+        compiled = _core.compile(lowering.kind, lowering.attrs, f32, out_desc)
+        return _Plan(compiled, lowering, dtype, True)
+
+    def _check_dtypes(self, arrays: Sequence[Any]) -> str:
+        codes = {}
+        for name, a in zip(self.input_names, arrays):
+            if a is None or name == "weights_shape":
+                continue
+            code = dtypes.code_of(a.dtype)
+            if code is None:
+                msg = f"{self.op_name}: argument '{name}' expected dtype {dtypes.expected_names()}, got {a.dtype}"
+                raise TypeError(msg)
+            codes[name] = code
+        if len(set(codes.values())) > 1:
+            got = ", ".join(f"{n}={c}" for n, c in codes.items())
+            msg = f"{self.op_name}: every float tensor of a call must have one dtype, got {got}"
+            raise TypeError(msg)
+        return next(iter(codes.values()))
+
+    def _check_out(
+        self, arrays: Sequence[Any], out: Any, shape: tuple[int, ...], dtype: np.dtype[Any]
+    ) -> None:
+        name = f"{self.op_name}: argument 'out'"
+        if not isinstance(out, np.ndarray):
+            msg = f"{name} expected a NumPy array, got {type(out).__name__}"
+            raise TypeError(msg)
+        if out.dtype != dtype:
+            msg = f"{name} expected dtype {dtype}, got {out.dtype}"
+            raise TypeError(msg)
+        if out.shape != shape:
+            msg = f"{name} expected shape {shape}, got {out.shape}"
+            raise ValueError(msg)
+        if not out.flags.writeable:
+            msg = f"{name} is read-only"
+            raise ValueError(msg)
+        strides = _element_strides(out)
+        if strides is None or any(s <= 0 for s in strides) or not _non_overlapping(out):
+            msg = f"{name} expected positive, aligned, non-overlapping strides, got {out.strides} bytes"
+            raise ValueError(msg)
+        self._check_aliasing(arrays, out)
+
+    def _check_aliasing(self, arrays: Sequence[Any], out: np.ndarray) -> None:
+        for name, a in zip(self.input_names, arrays):
+            if a is not None and np.may_share_memory(a, out):
+                msg = f"{self.op_name}: argument 'out' shares memory with input '{name}'"
+                raise ValueError(msg)
+
+    # -- shared checks --------------------------------------------------------------------
+    def _check_rank(self, name: str, a: np.ndarray, rank: Optional[int] = None) -> None:
+        if rank is None and not 3 <= a.ndim <= 5:
+            msg = f"{self.op_name}: argument '{name}' expected rank 3, 4 or 5 (1 to 3 spatial dims), got shape {a.shape}"
+            raise ValueError(msg)
+        if rank is not None and a.ndim != rank:
+            msg = f"{self.op_name}: argument '{name}' expected rank {rank} like the other tensors, got shape {a.shape}"
+            raise ValueError(msg)
+        if 0 in a.shape:
+            msg = f"{self.op_name}: argument '{name}' expected no empty dimension, got shape {a.shape}"
+            raise ValueError(msg)
+
+    def _geometry(
+        self, spatial: int, kernel: Sequence[int]
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """(strides, dilations, pads_begin, pads_end) per spatial dim, auto_pad resolved."""
+        a, op = self.attrs, self.op_name
+        s = schema.per_dim(op, "strides", a["strides"], spatial)
+        d = schema.per_dim(op, "dilations", a["dilations"], spatial)
+        pb = schema.per_dim(op, "pads_begin", a["pads_begin"], spatial)
+        pe = schema.per_dim(op, "pads_end", a["pads_end"], spatial)
+        pb, pe = shapes.resolve_pads(kernel, s, d, a["auto_pad"], pb, pe)
+        return s, d, pb, pe
+
+    def _check_channels(self, ic: int, i: int, oc: int, o: int, ic_name: str, oc_name: str, w_name: str) -> None:
+        g, op = self.attrs["groups"], self.op_name
+        wf = self.attrs["weights_format"]
+        if ic != i:
+            msg = f"{op}: '{w_name}' has I = {i} ({wf}), expected the channel count of '{ic_name}', {ic}"
+            raise ValueError(msg)
+        if ic % g:
+            msg = f"{op}: channel count {ic} of '{ic_name}' expected divisible by groups={g}"
+            raise ValueError(msg)
+        if oc != o * g:
+            msg = f"{op}: '{oc_name}' has {oc} channels, expected O * groups = {o} * {g} = {o * g} from '{w_name}' ({wf})"
+            raise ValueError(msg)
+
+    def _check_forward_extent(
+        self, src: Sequence[int], dst: Sequence[int], kernel: Sequence[int], geometry: Any,
+        src_name: str, dst_name: str,
+    ) -> None:
+        """dst must be the forward size of src plus an output_padding in [0, stride)."""
+        s, d, pb, pe = geometry
+        given = self.attrs["output_padding"]
+        op_list = None if given is None else schema.per_dim(self.op_name, "output_padding", given, len(s))
+        for i, (x, y, k) in enumerate(zip(src, dst, kernel)):
+            full = shapes.conv_transpose_full(x, k, s[i], d[i], pb[i], pe[i])
+            residual = y - full
+            want = f"{full + op_list[i]}" if op_list is not None else f"{full} to {full + s[i] - 1}"
+            if not 0 <= residual < s[i] or (op_list is not None and residual != op_list[i]):
+                msg = (
+                    f"{self.op_name}: spatial dim {i} of '{dst_name}' is {y}, expected {want} for "
+                    f"'{src_name}' size {x} (kernel {k}, stride {s[i]}, dilation {d[i]}, pads {pb[i]}/{pe[i]})"
+                )
+                raise ValueError(msg)
+
+    def _library_attrs(self, geometry: Any, weights_format: Optional[str] = None) -> dict[str, Any]:
+        s, d, pb, pe = geometry
+        a = self.attrs
+        return {
+            "strides": list(s), "dilations": list(d), "pads_begin": list(pb), "pads_end": list(pe),
+            "auto_pad": "None", "groups": a["groups"], "data_format": a["data_format"],
+            "weights_format": weights_format or a["weights_format"],
+        }
+
+    def _lower(self, arrays: Sequence[Any]) -> Lowering:
+        raise NotImplementedError
+
+
+_ATTR_DOC = """
+    Attributes (keyword-only; library names and spellings, spec.md D1-D6):
+        strides, pads_begin, pads_end, dilations: one int (every spatial dim) or one per
+            spatial dim; defaults 1, 0, 0, 1. Pads are cropped from dst (forward view).
+        auto_pad: "None" (default), "SAME_UPPER", "SAME_LOWER" or "VALID", any case. When
+            set, pads come from (kernel, dilation, stride) as for the forward op (D8).
+        groups: int >= 1, default 1.
+        data_format: "NXC" (default) or "NCX", for the activation tensors (D12).
+        weights_format: "XOI" (default) = (X..., OC/groups, IC) or IOX = (IC, OC/groups, X...).
+        output_padding: extra elements at the end of dst, 0 <= value < stride.
+        strict: raise UnsupportedError instead of computing a low-precision dtype in f32
+            where the CPU has no native kernel (D10).
+"""
+
+
+class ConvTranspose(_Op):
+    __doc__ = (
+        """Transposed convolution: dst = ConvTranspose(src, weights) [+ bias].
+
+    Per spatial dim, dst = stride*(src-1) + dilation*(k-1)+1 - pads_begin - pads_end +
+    output_padding; dst has OC = O*groups channels.
+"""
+        + _ATTR_DOC
+    )
+
+    op_name = "ConvTranspose"
+    input_names = ("src", "weights", "bias")
+    output_name = "dst"
+
+    def __init__(
+        self, *, strides: IntList = 1, pads_begin: IntList = 0, pads_end: IntList = 0,
+        dilations: IntList = 1, auto_pad: str = "None", output_padding: IntList = 0,
+        groups: int = 1, data_format: str = "NXC", weights_format: str = "XOI", strict: bool = False,
+    ) -> None:
+        super().__init__(
+            dict(strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
+                 auto_pad=auto_pad, output_padding=output_padding, groups=groups,
+                 data_format=data_format, weights_format=weights_format),
+            strict,
+        )
+
+    def __call__(
+        self, src: ArrayLike, weights: ArrayLike, bias: Optional[ArrayLike] = None, *,
+        out: Optional[np.ndarray] = None,
+    ) -> np.ndarray:
+        """Run the op.
+
+        Args:
+            src: (N, IC, X...) for NCX or (N, X..., IC) for NXC.
+            weights: (IC, OC/groups, X...) for IOX or (X..., OC/groups, IC) for XOI.
+            bias: optional, shape (OC,).
+            out: optional array to write dst into (exact shape and dtype).
+
+        Returns:
+            dst, (N, OC, X...) or (N, X..., OC), in the inputs' dtype.
+        """
+        return self._call((src, weights, bias), out)
+
+    def _lower(self, arrays: Sequence[Any]) -> Lowering:
+        src, w, bias = arrays
+        a = self.attrs
+        self._check_rank("src", src)
+        self._check_rank("weights", w, src.ndim)
+        n, ic, xs = shapes.split_activation(src.shape, a["data_format"])
+        i, o, kernel = shapes.split_weights(w.shape, a["weights_format"])
+        g = a["groups"]
+        self._check_channels(ic, i, o * g, o, "src", "dst", "weights")
+        geometry = self._geometry(len(xs), kernel)
+        s = geometry[0]
+        op = schema.per_dim(self.op_name, "output_padding", a["output_padding"], len(xs))
+        for dim, (p, st) in enumerate(zip(op, s)):
+            if p >= st:
+                msg = f"{self.op_name}: attribute 'output_padding' expected < stride, got {p} >= {st} in spatial dim {dim}"
+                raise ValueError(msg)
+        ys = shapes.conv_transpose_output(xs, kernel, *geometry, op)
+        if min(ys) < 1:
+            msg = f"{self.op_name}: dst spatial size would be {ys}; pads crop more than the output"
+            raise ValueError(msg)
+        if bias is not None and (bias.ndim != 1 or bias.shape[0] != o * g):
+            msg = f"{self.op_name}: argument 'bias' expected shape ({o * g},), got {bias.shape}"
+            raise ValueError(msg)
+        attrs = self._library_attrs(geometry)
+        attrs["output_padding"] = list(op)
+        inputs = (0, 1) if bias is None else (0, 1, 2)
+        return Lowering("ConvTranspose", attrs, inputs, shapes.join_activation(n, o * g, ys, a["data_format"]))
+
+
+class ConvTransposeBackwardData(_Op):
+    __doc__ = (
+        """Gradient of ConvTranspose with respect to src: diff_src from diff_dst and weights.
+
+    Per spatial dim, diff_src = floor((diff_dst + pads_begin + pads_end - dilation*(k-1)-1) /
+    stride) + 1. Runs as the library's Convolution op over the same weights memory, which
+    handles dilations correctly (spec D9). ``output_padding``, if given, is the forward's and
+    is checked against the shapes only (D6).
+"""
+        + _ATTR_DOC
+    )
+
+    op_name = "ConvTransposeBackwardData"
+    input_names = ("diff_dst", "weights")
+    output_name = "diff_src"
+
+    def __init__(
+        self, *, strides: IntList = 1, pads_begin: IntList = 0, pads_end: IntList = 0,
+        dilations: IntList = 1, auto_pad: str = "None", output_padding: Optional[IntList] = None,
+        groups: int = 1, data_format: str = "NXC", weights_format: str = "XOI", strict: bool = False,
+    ) -> None:
+        super().__init__(
+            dict(strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
+                 auto_pad=auto_pad, output_padding=output_padding, groups=groups,
+                 data_format=data_format, weights_format=weights_format),
+            strict,
+        )
+
+    def __call__(
+        self, diff_dst: ArrayLike, weights: ArrayLike, *, out: Optional[np.ndarray] = None
+    ) -> np.ndarray:
+        """Run the op.
+
+        Args:
+            diff_dst: (N, OC, X...) for NCX or (N, X..., OC) for NXC.
+            weights: (IC, OC/groups, X...) for IOX or (X..., OC/groups, IC) for XOI.
+            out: optional array to write diff_src into.
+
+        Returns:
+            diff_src, (N, IC, X...) or (N, X..., IC).
+        """
+        return self._call((diff_dst, weights), out)
+
+    def _lower(self, arrays: Sequence[Any]) -> Lowering:
+        dd, w = arrays
+        a = self.attrs
+        self._check_rank("diff_dst", dd)
+        self._check_rank("weights", w, dd.ndim)
+        n, oc, ys = shapes.split_activation(dd.shape, a["data_format"])
+        i, o, kernel = shapes.split_weights(w.shape, a["weights_format"])
+        g = a["groups"]
+        if i % g:
+            msg = f"{self.op_name}: weights I dim {i} (the diff_src channel count) expected divisible by groups={g}"
+            raise ValueError(msg)
+        self._check_channels(i, i, oc, o, "diff_src", "diff_dst", "weights")
+        geometry = self._geometry(len(ys), kernel)
+        xs = shapes.backward_data_output(ys, kernel, *geometry)
+        if min(xs) < 1:
+            msg = f"{self.op_name}: diff_src spatial size would be {xs}; diff_dst {ys} is too small for the kernel and pads"
+            raise ValueError(msg)
+        self._check_forward_extent(xs, ys, kernel, geometry, "diff_src", "diff_dst")
+        conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
+        attrs = self._library_attrs(geometry, conv_format)
+        return Lowering("Convolution", attrs, (0, 1), shapes.join_activation(n, i, xs, a["data_format"]))
+
+
+class ConvTransposeBackwardWeights(_Op):
+    __doc__ = (
+        """Gradient of ConvTranspose with respect to weights: diff_weights from src and diff_dst.
+
+    The diff_weights shape, in ``weights_format`` order, comes from the ``weights_shape``
+    input if given (any 1-D integer array-like), else from the ``weights_shape`` attribute
+    (spec D7). auto_pad resolves to the forward op's pads (D8).
+"""
+        + _ATTR_DOC
+    )
+
+    op_name = "ConvTransposeBackwardWeights"
+    input_names = ("src", "diff_dst", "weights_shape")
+    output_name = "diff_weights"
+
+    def __init__(
+        self, *, strides: IntList = 1, pads_begin: IntList = 0, pads_end: IntList = 0,
+        dilations: IntList = 1, auto_pad: str = "None", output_padding: Optional[IntList] = None,
+        groups: int = 1, data_format: str = "NXC", weights_format: str = "XOI",
+        weights_shape: Optional[Sequence[int]] = None, strict: bool = False,
+    ) -> None:
+        super().__init__(
+            dict(strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
+                 auto_pad=auto_pad, output_padding=output_padding, groups=groups,
+                 data_format=data_format, weights_format=weights_format, weights_shape=weights_shape),
+            strict,
+        )
+
+    def __call__(
+        self, src: ArrayLike, diff_dst: ArrayLike, weights_shape: Optional[ArrayLike] = None, *,
+        out: Optional[np.ndarray] = None,
+    ) -> np.ndarray:
+        """Run the op.
+
+        Args:
+            src: the forward src, (N, IC, X...) for NCX or (N, X..., IC) for NXC.
+            diff_dst: (N, OC, X...) for NCX or (N, X..., OC) for NXC.
+            weights_shape: optional 1-D integer array-like; wins over the attribute.
+            out: optional array to write diff_weights into.
+
+        Returns:
+            diff_weights, (IC, OC/groups, X...) for IOX or (X..., OC/groups, IC) for XOI.
+        """
+        return self._call((src, diff_dst, weights_shape), out)
+
+    def _signature(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Any:
+        src, dd, ws = arrays
+        wkey = None if ws is None else (ws.dtype, ws.shape, ws.tobytes())
+        return super()._signature((src, dd), out), wkey
+
+    def _weights_shape(self, ws: Any, rank: int) -> tuple[int, ...]:
+        op = self.op_name
+        if ws is None:
+            value = self.attrs["weights_shape"]
+            if value is None:
+                msg = f"{op}: weights_shape expected as input 2 or as the attribute, got neither"
+                raise ValueError(msg)
+            shape = (value,) if isinstance(value, int) else tuple(value)
+        else:
+            if ws.ndim != 1 or ws.dtype.kind not in "iu":
+                msg = f"{op}: argument 'weights_shape' expected a 1-D integer array, got {ws.dtype} shape {ws.shape}"
+                raise TypeError(msg)
+            shape = tuple(int(x) for x in ws)
+            info = np.iinfo(dtypes.SHAPE_DTYPE)
+            if any(not 1 <= x <= info.max for x in shape):
+                msg = f"{op}: argument 'weights_shape' expected positive s32 values, got {list(shape)}"
+                raise ValueError(msg)
+        if len(shape) != rank:
+            msg = f"{op}: weights_shape expected {rank} entries like src, got {list(shape)}"
+            raise ValueError(msg)
+        return shape
+
+    def _lower(self, arrays: Sequence[Any]) -> Lowering:
+        src, dd, ws = arrays
+        a = self.attrs
+        self._check_rank("src", src)
+        self._check_rank("diff_dst", dd, src.ndim)
+        wshape = self._weights_shape(ws, src.ndim)
+        n, ic, xs = shapes.split_activation(src.shape, a["data_format"])
+        n2, oc, ys = shapes.split_activation(dd.shape, a["data_format"])
+        if n != n2:
+            msg = f"{self.op_name}: 'diff_dst' batch {n2} expected equal to the 'src' batch {n}"
+            raise ValueError(msg)
+        i, o, kernel = shapes.split_weights(wshape, a["weights_format"])
+        self._check_channels(ic, i, oc, o, "src", "diff_dst", "weights_shape")
+        geometry = self._geometry(len(xs), kernel)
+        self._check_forward_extent(xs, ys, kernel, geometry, "src", "diff_dst")
+        attrs = self._library_attrs(geometry)
+        attrs["weights_shape"] = list(wshape)
+        return Lowering("ConvTransposeBackwardWeights", attrs, (0, 1), wshape)
+
+
+def native_support(kind: str, code: str) -> Optional[bool]:
+    """Whether the library op ``kind`` compiled natively in ``code`` so far (None: not tried)."""
+    return _NATIVE.get((kind, code))

@@ -1,0 +1,205 @@
+#include "compiled_op.hpp"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace onednn_convt {
+
+namespace dg = dnnl::graph;
+using lt = dg::logical_tensor;
+
+dnnl::engine &cpu_engine() {
+    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    return engine;
+}
+
+namespace {
+
+[[noreturn]] void invalid(const std::string &kind, const std::string &what) {
+    throw std::invalid_argument(kind + ": " + what);
+}
+
+lt::data_type to_data_type(const std::string &kind, const std::string &name) {
+    if (name == "f32") return lt::data_type::f32;
+    if (name == "bf16") return lt::data_type::bf16;
+    if (name == "f16") return lt::data_type::f16;
+    if (name == "s32") return lt::data_type::s32;
+    invalid(kind, "unknown dtype code '" + name + "'");
+}
+
+dg::op::kind to_op_kind(const std::string &kind) {
+    static const std::map<std::string, dg::op::kind> kinds = {
+            {"ConvTranspose", dg::op::kind::ConvTranspose},
+            {"ConvTransposeBackwardData", dg::op::kind::ConvTransposeBackwardData},
+            {"ConvTransposeBackwardWeights", dg::op::kind::ConvTransposeBackwardWeights},
+            {"Convolution", dg::op::kind::Convolution},
+            {"ConvolutionBackwardData", dg::op::kind::ConvolutionBackwardData},
+    };
+    auto it = kinds.find(kind);
+    if (it == kinds.end()) invalid(kind, "unsupported op kind");
+    return it->second;
+}
+
+dg::op::attr to_attr(const std::string &kind, const std::string &name) {
+    static const std::map<std::string, dg::op::attr> attrs = {
+            {"strides", dg::op::attr::strides},
+            {"pads_begin", dg::op::attr::pads_begin},
+            {"pads_end", dg::op::attr::pads_end},
+            {"dilations", dg::op::attr::dilations},
+            {"auto_pad", dg::op::attr::auto_pad},
+            {"groups", dg::op::attr::groups},
+            {"data_format", dg::op::attr::data_format},
+            {"weights_format", dg::op::attr::weights_format},
+            {"output_padding", dg::op::attr::output_padding},
+            {"weights_shape", dg::op::attr::weights_shape},
+    };
+    auto it = attrs.find(name);
+    if (it == attrs.end()) invalid(kind, "unknown attribute '" + name + "'");
+    return it->second;
+}
+
+const Dims *find_dims(const Attrs &attrs, const char *name) {
+    auto it = attrs.find(name);
+    return it == attrs.end() ? nullptr : std::get_if<Dims>(&it->second);
+}
+
+std::string find_string(const Attrs &attrs, const char *name, const char *fallback) {
+    auto it = attrs.find(name);
+    if (it == attrs.end()) return fallback;
+    auto *s = std::get_if<std::string>(&it->second);
+    return s ? *s : fallback;
+}
+
+// The checks oneDNN 3.2 itself gets wrong by crashing (SIGFPE, abort, bad_alloc) rather
+// than returning a status. The Python layer makes them first, with better messages; these
+// keep a direct caller of _core from taking the process down.
+void check_arguments(const OpSpec &s) {
+    const std::string &k = s.kind;
+    const auto rank = s.output.shape.size();
+    if (rank < 3 || rank > 5) invalid(k, "tensors must have rank 3 to 5");
+    const size_t spatial = rank - 2;
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+        const auto &t = s.inputs[i];
+        if (t.shape.size() != t.strides.size()) invalid(k, "shape and strides differ in length");
+        // inputs 0 and 1 are activations or weights; input 2 is a bias or weights_shape
+        if (i < 2 && t.shape.size() != rank) invalid(k, "tensor ranks differ");
+        for (auto d : t.shape)
+            if (d < 1) invalid(k, "every dimension must be >= 1");
+    }
+    for (auto d : s.output.shape)
+        if (d < 1) invalid(k, "every dimension must be >= 1");
+    const char *lists[] = {"strides", "dilations", "pads_begin", "pads_end"};
+    for (const char *name : lists) {
+        const Dims *v = find_dims(s.attrs, name);
+        if (!v) invalid(k, std::string("attribute ") + name + " is required");
+        if (v->size() != spatial)
+            invalid(k, std::string("attribute ") + name + " needs one entry per spatial dim");
+        const int64_t low = (name[0] == 'p') ? 0 : 1;
+        for (auto x : *v)
+            if (x < low) invalid(k, std::string("attribute ") + name + " out of range");
+    }
+    if (const Dims *op = find_dims(s.attrs, "output_padding")) {
+        for (auto x : *op)
+            if (x < 0) invalid(k, "attribute output_padding out of range");
+    }
+    int64_t groups = 1;
+    if (auto it = s.attrs.find("groups"); it != s.attrs.end()) {
+        auto *g = std::get_if<int64_t>(&it->second);
+        if (!g || *g < 1) invalid(k, "attribute groups must be an integer >= 1");
+        groups = *g;
+    }
+    // Channel consistency of (activation in 0, weights, output). Weights are input 1 for
+    // every kind except ConvTransposeBackwardWeights, whose output is the weights.
+    const bool bwd_w = k == "ConvTransposeBackwardWeights";
+    if (s.inputs.size() < 2) invalid(k, "needs at least two inputs");
+    const bool ncx = find_string(s.attrs, "data_format", "NXC") == "NCX";
+    const std::string wf = find_string(s.attrs, "weights_format", "XOI");
+    const bool channels_first_w = wf == "IOX" || wf == "OIX";
+    auto chan = [&](const TensorDesc &t) { return ncx ? t.shape[1] : t.shape[rank - 1]; };
+    const TensorDesc &w = bwd_w ? s.output : s.inputs[1];
+    if (w.shape.size() != rank) invalid(k, "weights rank differs from the data rank");
+    // IOX/OIX: dims 0,1; XOI/XIO: dims rank-1 (I or O last), rank-2.
+    const int64_t w0 = channels_first_w ? w.shape[0] : w.shape[rank - 1];
+    const int64_t w1 = channels_first_w ? w.shape[1] : w.shape[rank - 2];
+    const TensorDesc &dst_like = bwd_w ? s.inputs[1] : s.output;
+    const int64_t in_c = chan(s.inputs[0]), out_c = chan(dst_like);
+    if (k.rfind("ConvTranspose", 0) == 0) {
+        // IOX = [IC, OC/G, X], XOI = [X, OC/G, IC]: w0 is IC, w1 is OC/G.
+        const int64_t ic = (k == "ConvTransposeBackwardData") ? out_c : in_c;
+        const int64_t oc = (k == "ConvTransposeBackwardData") ? in_c : out_c;
+        if (ic != w0 || ic % groups != 0 || oc != w1 * groups)
+            invalid(k, "channel counts do not match weights and groups");
+    } else {
+        // Convolution weights OIX = [OC, IC/G, X], XIO = [X, IC/G, OC]: w0 is OC.
+        const int64_t ic = (k == "Convolution") ? in_c : out_c;
+        const int64_t oc = (k == "Convolution") ? out_c : in_c;
+        if (oc != w0 || oc % groups != 0 || ic != w1 * groups)
+            invalid(k, "channel counts do not match weights and groups");
+    }
+}
+
+lt make_lt(const std::string &kind, size_t id, const TensorDesc &t) {
+    return lt(id, to_data_type(kind, t.dtype), t.shape, t.strides);
+}
+
+}  // namespace
+
+std::string OpSpec::key() const {
+    std::ostringstream os;
+    auto dims = [&os](const Dims &d) {
+        for (auto x : d) os << x << ',';
+        os << ';';
+    };
+    os << kind << '|';
+    for (const auto &[name, value] : attrs) {
+        os << name << '=';
+        if (auto *i = std::get_if<int64_t>(&value)) os << *i << ';';
+        else if (auto *d = std::get_if<Dims>(&value)) dims(*d);
+        else os << std::get<std::string>(value) << ';';
+    }
+    for (const auto &t : inputs) {
+        os << '|' << t.dtype << ':';
+        dims(t.shape);
+        dims(t.strides);
+    }
+    os << "|>" << output.dtype << ':';
+    dims(output.shape);
+    dims(output.strides);
+    return os.str();
+}
+
+CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
+    const std::string &k = spec_.kind;
+    check_arguments(spec_);
+    size_t id = 0;
+    for (const auto &t : spec_.inputs) input_lts_.push_back(make_lt(k, id++, t));
+    output_lt_ = make_lt(k, id, spec_.output);
+
+    dg::op op(0, to_op_kind(k), input_lts_, {output_lt_}, k);
+    for (const auto &[name, value] : spec_.attrs) {
+        const auto a = to_attr(k, name);
+        if (auto *i = std::get_if<int64_t>(&value)) op.set_attr<int64_t>(a, *i);
+        else if (auto *d = std::get_if<Dims>(&value)) op.set_attr<std::vector<int64_t>>(a, *d);
+        else op.set_attr<std::string>(a, std::get<std::string>(value));
+    }
+    dg::graph g(dnnl::engine::kind::cpu);
+    g.add_op(op);
+    g.finalize();
+    auto partitions = g.get_partitions();
+    if (partitions.size() != 1 || !partitions[0].is_supported())
+        throw dnnl::error(dnnl_unimplemented, (k + ": no supported partition").c_str());
+    compiled_ = partitions[0].compile(input_lts_, {output_lt_}, cpu_engine());
+}
+
+void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const {
+    thread_local dnnl::stream stream(cpu_engine());
+    std::vector<dg::tensor> in;
+    in.reserve(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i)
+        in.emplace_back(input_lts_[i], cpu_engine(), inputs[i]);
+    std::vector<dg::tensor> out{dg::tensor(output_lt_, cpu_engine(), output)};
+    compiled_.execute(stream, in, out);
+    stream.wait();
+}
+
+}  // namespace onednn_convt

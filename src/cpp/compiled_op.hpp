@@ -1,0 +1,57 @@
+// One oneDNN Graph op, compiled for the CPU engine, run on caller-owned memory.
+//
+// The caller (the Python layer) has already resolved every attribute: this file knows no
+// defaults and no spec spellings. It still refuses arguments that would crash oneDNN 3.2
+// (never trust the caller): see check_arguments in compiled_op.cpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "oneapi/dnnl/dnnl_graph.hpp"
+
+namespace onednn_convt {
+
+using Dims = std::vector<int64_t>;
+using AttrValue = std::variant<int64_t, Dims, std::string>;
+using Attrs = std::map<std::string, AttrValue>;  // ordered: part of the cache key
+
+// A strided tensor as the caller will pass it: shape and strides in elements.
+struct TensorDesc {
+    Dims shape;
+    Dims strides;
+    std::string dtype;  // "f32", "bf16", "f16", "s32"
+};
+
+// What identifies a compiled partition: everything that changes the compiled code.
+struct OpSpec {
+    std::string kind;  // library op kind: "ConvTranspose", "Convolution", ...
+    Attrs attrs;
+    std::vector<TensorDesc> inputs;
+    TensorDesc output;
+
+    std::string key() const;
+};
+
+class CompiledOp {
+public:
+    explicit CompiledOp(OpSpec spec);  // builds the graph and compiles; throws on failure
+
+    const OpSpec &spec() const { return spec_; }
+
+    // Runs once on raw pointers laid out as spec().inputs / spec().output. No GIL needed.
+    void execute(const std::vector<void *> &inputs, void *output) const;
+
+private:
+    OpSpec spec_;
+    dnnl::graph::compiled_partition compiled_;
+    std::vector<dnnl::graph::logical_tensor> input_lts_;
+    dnnl::graph::logical_tensor output_lt_;
+};
+
+dnnl::engine &cpu_engine();
+
+}  // namespace onednn_convt

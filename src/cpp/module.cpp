@@ -1,0 +1,158 @@
+// Python bindings: turn Python values into OpSpec / raw pointers, release the GIL, call.
+// Spellings, defaults, shapes and messages for users live in the Python package.
+#include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "oneapi/dnnl/dnnl.hpp"
+
+#include "compiled_op.hpp"
+#include "partition_cache.hpp"
+
+namespace py = pybind11;
+using namespace onednn_convt;
+
+namespace {
+
+TensorDesc to_desc(const py::handle &obj) {
+    auto t = obj.cast<py::tuple>();
+    if (t.size() != 3) throw std::invalid_argument("tensor description must be (shape, strides, dtype)");
+    return {t[0].cast<Dims>(), t[1].cast<Dims>(), t[2].cast<std::string>()};
+}
+
+Attrs to_attrs(const py::dict &d) {
+    Attrs attrs;
+    for (auto item : d) {
+        auto name = item.first.cast<std::string>();
+        py::handle v = item.second;
+        if (py::isinstance<py::str>(v)) attrs[name] = v.cast<std::string>();
+        else if (py::isinstance<py::int_>(v)) attrs[name] = v.cast<int64_t>();
+        else attrs[name] = v.cast<Dims>();
+    }
+    return attrs;
+}
+
+size_t itemsize_of(const std::string &dtype) { return (dtype == "bf16" || dtype == "f16") ? 2 : 4; }
+
+// Checks an array against the description it was compiled for and returns its pointer.
+void *checked_pointer(const CompiledOp &op, py::array a, const TensorDesc &d,
+                      const char *role, bool writable) {
+    const std::string &k = op.spec().kind;
+    auto fail = [&](const std::string &what) {
+        throw std::invalid_argument(k + ": " + role + " " + what);
+    };
+    if (static_cast<size_t>(a.itemsize()) != itemsize_of(d.dtype)) fail("has the wrong item size");
+    if (static_cast<size_t>(a.ndim()) != d.shape.size()) fail("has the wrong rank");
+    for (size_t i = 0; i < d.shape.size(); ++i) {
+        if (a.shape(i) != d.shape[i]) fail("has a shape other than the compiled one");
+        if (a.strides(i) != d.strides[i] * a.itemsize())
+            fail("has strides other than the compiled ones");
+    }
+    if (reinterpret_cast<uintptr_t>(a.data()) % a.itemsize() != 0) fail("is misaligned");
+    if (writable) {
+        if (!a.writeable()) fail("is read-only");
+        return a.mutable_data();
+    }
+    return const_cast<void *>(a.data());
+}
+
+struct PyCompiledOp {
+    std::shared_ptr<const CompiledOp> op;
+
+    std::vector<void *> pointers(const py::sequence &inputs) const {
+        const auto &descs = op->spec().inputs;
+        if (inputs.size() != descs.size())
+            throw std::invalid_argument(op->spec().kind + ": wrong number of inputs");
+        std::vector<void *> ptrs;
+        for (size_t i = 0; i < descs.size(); ++i)
+            ptrs.push_back(checked_pointer(*op, inputs[i].cast<py::array>(), descs[i], "input", false));
+        return ptrs;
+    }
+
+    void execute(const py::sequence &inputs, const py::array &output) const {
+        auto in = pointers(inputs);
+        void *out = checked_pointer(*op, output, op->spec().output, "output", true);
+        py::gil_scoped_release release;
+        op->execute(in, out);
+    }
+
+    double time_loop(const py::sequence &inputs, const py::array &output, int64_t iterations) const {
+        auto in = pointers(inputs);
+        void *out = checked_pointer(*op, output, op->spec().output, "output", true);
+        py::gil_scoped_release release;
+        auto start = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < iterations; ++i) op->execute(in, out);
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+};
+
+void translate_dnnl_error(const dnnl::error &e) {
+    auto errors = py::module_::import("onednn_convt.errors");
+    const char *cls = e.status == dnnl_unimplemented ? "UnsupportedError" : "OneDNNError";
+    py::object exc = errors.attr(cls)(std::string(e.what()), static_cast<int>(e.status));
+    PyErr_SetObject(reinterpret_cast<PyObject *>(Py_TYPE(exc.ptr())), exc.ptr());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "Native core of onednn_convt: compile (cached) and execute oneDNN Graph ops.";
+
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const dnnl::error &e) {
+            translate_dnnl_error(e);
+        }
+    });
+
+    py::class_<PyCompiledOp>(m, "CompiledOp")
+            .def_property_readonly("kind", [](const PyCompiledOp &c) { return c.op->spec().kind; })
+            .def_property_readonly("key", [](const PyCompiledOp &c) { return c.op->spec().key(); })
+            .def("execute", &PyCompiledOp::execute, py::arg("inputs"), py::arg("output"),
+                 "Run once on arrays laid out exactly as compiled; the GIL is released.")
+            .def("time_loop", &PyCompiledOp::time_loop, py::arg("inputs"), py::arg("output"),
+                 py::arg("iterations"),
+                 "Run `iterations` times in a C++ loop; returns the total seconds.");
+
+    m.def(
+            "compile",
+            [](const std::string &kind, const py::dict &attrs, const py::sequence &inputs,
+               const py::handle &output) {
+                OpSpec spec{kind, to_attrs(attrs), {}, to_desc(output)};
+                for (auto t : inputs) spec.inputs.push_back(to_desc(t));
+                py::gil_scoped_release release;
+                return PyCompiledOp{global_cache().get(std::move(spec))};
+            },
+            py::arg("kind"), py::arg("attrs"), py::arg("inputs"), py::arg("output"),
+            "Compile (or fetch from the cache) one op. Tensors are (shape, strides in elements, dtype code).");
+
+    m.def("cache_info", [] {
+        auto i = global_cache().info();
+        py::dict d;
+        d["hits"] = i.hits;
+        d["misses"] = i.misses;
+        d["size"] = i.size;
+        d["capacity"] = i.capacity;
+        return d;
+    });
+    m.def("set_cache_capacity", [](size_t n) { global_cache().set_capacity(n); }, py::arg("capacity"));
+    m.def("clear_cache", [] { global_cache().clear(); });
+
+    m.def("version", [] {
+        const dnnl_version_t *v = dnnl::version();
+        py::dict d;
+        d["major"] = v->major;
+        d["minor"] = v->minor;
+        d["patch"] = v->patch;
+        d["hash"] = std::string(v->hash);
+        d["cpu_runtime"] = v->cpu_runtime;
+        return d;
+    });
+    m.def("cpu_isa", [] { return static_cast<int>(dnnl::get_effective_cpu_isa()); });
+}
