@@ -91,6 +91,66 @@ struct PyCompiledOp {
     }
 };
 
+// Raised by Executor when the arrays are not the ones it was made for; the Python layer
+// then takes its full path (checks, planning, messages). Never seen by users.
+struct SignatureMismatch : std::exception {
+    const char *what() const noexcept override { return "arrays differ from the plan"; }
+};
+
+// The per-call fast path of one op object: a compiled op plus the NumPy dtypes it was
+// planned for. It runs only arrays that match the plan exactly (dtype, shape, strides,
+// alignment, no overlap between out and the inputs) and allocates the output itself.
+struct Executor {
+    PyCompiledOp compiled;
+    std::vector<py::dtype> input_dtypes;
+    py::dtype output_dtype;
+
+    static bool matches(const py::handle &h, const py::dtype &dtype, const TensorDesc &d) {
+        if (!py::isinstance<py::array>(h)) return false;
+        auto a = py::reinterpret_borrow<py::array>(h);
+        if (static_cast<size_t>(a.ndim()) != d.shape.size() || !a.dtype().equal(dtype)) return false;
+        const auto item = a.itemsize();
+        for (size_t i = 0; i < d.shape.size(); ++i)
+            if (a.shape(i) != d.shape[i] || a.strides(i) != d.strides[i] * item) return false;
+        return reinterpret_cast<uintptr_t>(a.data()) % item == 0;
+    }
+
+    static std::pair<uintptr_t, uintptr_t> extent(const py::array &a) {
+        auto lo = reinterpret_cast<uintptr_t>(a.data()), hi = lo + a.itemsize();
+        for (py::ssize_t i = 0; i < a.ndim(); ++i) hi += (a.shape(i) - 1) * a.strides(i);
+        return {lo, hi};  // strides are positive here (checked at planning)
+    }
+
+    py::array run(const py::tuple &inputs, const py::object &out) const {
+        const auto &spec = compiled.op->spec();
+        if (inputs.size() != spec.inputs.size()) throw SignatureMismatch();
+        std::vector<void *> ptrs(inputs.size());
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            if (!matches(inputs[i], input_dtypes[i], spec.inputs[i])) throw SignatureMismatch();
+            ptrs[i] = const_cast<void *>(py::reinterpret_borrow<py::array>(inputs[i]).data());
+        }
+        py::array result;
+        if (out.is_none()) {
+            result = py::array(output_dtype, spec.output.shape);
+        } else {
+            if (!matches(out, output_dtype, spec.output)) throw SignatureMismatch();
+            result = py::reinterpret_borrow<py::array>(out);
+            if (!result.writeable()) throw SignatureMismatch();
+            auto [lo, hi] = extent(result);
+            for (size_t i = 0; i < inputs.size(); ++i) {
+                auto [a, b] = extent(py::reinterpret_borrow<py::array>(inputs[i]));
+                if (a < hi && lo < b) throw SignatureMismatch();
+            }
+        }
+        void *dst = result.mutable_data();
+        {
+            py::gil_scoped_release release;
+            compiled.op->execute(ptrs, dst);
+        }
+        return result;
+    }
+};
+
 void translate_dnnl_error(const dnnl::error &e) {
     auto errors = py::module_::import("onednn_convt.errors");
     const char *cls = e.status == dnnl_unimplemented ? "UnsupportedError" : "OneDNNError";
@@ -119,6 +179,17 @@ PYBIND11_MODULE(_core, m) {
             .def("time_loop", &PyCompiledOp::time_loop, py::arg("inputs"), py::arg("output"),
                  py::arg("iterations"),
                  "Run `iterations` times in a C++ loop; returns the total seconds.");
+
+    py::register_exception<SignatureMismatch>(m, "SignatureMismatch");
+    py::class_<Executor>(m, "Executor")
+            .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out) {
+                     if (in.size() != c.op->spec().inputs.size())
+                         throw std::invalid_argument("Executor: one dtype per input expected");
+                     return Executor{c, std::move(in), std::move(out)};
+                 }),
+                 py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"))
+            .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
+                 "Run on arrays matching the plan exactly, else raise SignatureMismatch.");
 
     m.def(
             "compile",
