@@ -31,16 +31,31 @@ class Lowering:
     """How one call maps onto a library op.
 
     Attributes:
-        kind: library op kind that runs (``"Convolution"`` for BackwardData, spec D9).
+        kind: library op kind that runs (``"Convolution"`` for BackwardData, spec D9;
+            ``"MatMul"`` for large 1-D kernels, see :mod:`onednn_convt.matmul_lowering`).
         attrs: library attributes, fully resolved (explicit pads, auto_pad ``"None"``).
         inputs: indices of the call's inputs passed to the library, in its order.
         out_shape: shape of the result.
+        prepare: optional; turns those inputs into the library's inputs (views or copies).
+        finish: optional; turns the library's output (of ``library_shape``) and the call's
+            inputs into the result, in f32.
+        library_shape: shape of the library's output when ``finish`` is set.
     """
 
     kind: str
     attrs: dict[str, Any]
     inputs: tuple[int, ...]
     out_shape: tuple[int, ...]
+    prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None
+    finish: Optional[Callable[[np.ndarray, Sequence[Any]], np.ndarray]] = None
+    library_shape: tuple[int, ...] = ()
+
+    def library_args(self, arrays: Sequence[Any], emulated: bool) -> list[np.ndarray]:
+        """The arrays handed to the library (emulated: f32 copies of the inputs first)."""
+        args = [arrays[i] for i in self.inputs]
+        if emulated:
+            args = [np.ascontiguousarray(a, dtype=np.float32) for a in args]
+        return self.prepare(args) if self.prepare is not None else args
 
 
 @dataclass
@@ -52,24 +67,32 @@ class _Plan:
     dtype: np.dtype[Any]
     emulated: bool
     fixers: list[Optional[Callable[[np.ndarray], np.ndarray]]] = field(default_factory=list)
-    #: the C++ fast path for arrays that match this plan exactly (native plans only)
+    #: the C++ fast path for arrays that match this plan exactly (direct plans only)
     executor: Any = None
 
+    @property
+    def direct(self) -> bool:
+        """Whether the library writes the result itself (no emulation, no finishing step)."""
+        return not self.emulated and self.lowering.finish is None
+
     def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
-        args = [arrays[i] for i in self.lowering.inputs]
-        if self.emulated:
-            args = [np.ascontiguousarray(a, dtype=np.float32) for a in args]
-            result = np.empty(self.lowering.out_shape, np.float32)
-            self.compiled.execute(args, result)
-            if out is None:
-                return result.astype(self.dtype)
-            np.copyto(out, result, casting="unsafe")
-            return out
+        low = self.lowering
+        args = low.library_args(arrays, self.emulated)
         if self.fixers:
             args = [f(a) if f else a for f, a in zip(self.fixers, args)]
+        if self.direct:
+            if out is None:
+                out = np.empty(low.out_shape, self.dtype)
+            self.compiled.execute(args, out)
+            return out
+        compute = np.dtype(np.float32) if self.emulated else self.dtype
+        result = np.empty(low.library_shape if low.finish else low.out_shape, compute)
+        self.compiled.execute(args, result)
+        if low.finish is not None:
+            result = low.finish(result, arrays)
         if out is None:
-            out = np.empty(self.lowering.out_shape, self.dtype)
-        self.compiled.execute(args, out)
+            return result.astype(self.dtype, copy=False)
+        np.copyto(out, result, casting="unsafe")
         return out
 
 
@@ -186,42 +209,46 @@ class _Op:
         dtype = dtypes.FLOAT_DTYPES[code]
         if out is not None:
             self._check_out(arrays, out, lowering.out_shape, dtype)
-        args = [arrays[i] for i in lowering.inputs]
-        native = _NATIVE.get((lowering.kind, code))
-        if native is not False:
-            fixers = [_fixed_view(a) for a in args]
-            fixed = [f(a) if f else a for f, a in zip(fixers, args)]
-            out_desc = (
-                _describe(out, code)
-                if out is not None
-                else (lowering.out_shape, _dense_strides(lowering.out_shape), code)
-            )
+        key = (lowering.kind, code)
+        if _NATIVE.get(key) is not False:
             try:
-                compiled = _core.compile(
-                    lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc
-                )
+                plan = self._compile(lowering, arrays, out, dtype, code, emulated=False)
             except UnsupportedError:
                 if code == "f32":
                     raise
-                _NATIVE[(lowering.kind, code)] = False
+                _NATIVE[key] = False
             else:
-                _NATIVE[(lowering.kind, code)] = True
-                if any(fixers):
-                    return _Plan(compiled, lowering, dtype, False, fixers)
-                executor = _core.Executor(compiled, [dtype] * len(args), dtype)
-                return _Plan(compiled, lowering, dtype, False, executor=executor)
+                _NATIVE[key] = True
+                return plan
         if self.strict:
             msg = (
                 f"{self.op_name}: oneDNN has no {code} kernel for this op on this CPU "
                 "(strict=True; with strict=False it is computed in f32 and rounded)"
             )
             raise UnsupportedError(msg, 3)
-        f32 = [
-            (tuple(a.shape), _dense_strides(a.shape), "f32") for a in args
-        ]
-        out_desc = (lowering.out_shape, _dense_strides(lowering.out_shape), "f32")
-        compiled = _core.compile(lowering.kind, lowering.attrs, f32, out_desc)
-        return _Plan(compiled, lowering, dtype, True)
+        return self._compile(lowering, arrays, out, dtype, "f32", emulated=True)
+
+    @staticmethod
+    def _compile(
+        lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray],
+        dtype: np.dtype[Any], code: str, emulated: bool,
+    ) -> _Plan:
+        """Compile the library op for these arrays, described as they will be passed."""
+        args = lowering.library_args(arrays, emulated)
+        fixers = [_fixed_view(a) for a in args]
+        fixed = [f(a) if f else a for f, a in zip(fixers, args)]
+        direct = not emulated and lowering.finish is None
+        shape = lowering.out_shape if lowering.finish is None else lowering.library_shape
+        out_desc = (
+            _describe(out, code) if direct and out is not None else (shape, _dense_strides(shape), code)
+        )
+        compiled = _core.compile(
+            lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc
+        )
+        plan = _Plan(compiled, lowering, dtype, emulated, fixers if any(fixers) else [])
+        if plan.direct and not plan.fixers:
+            plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype)
+        return plan
 
     def _check_dtypes(self, arrays: Sequence[Any]) -> str:
         codes = {}

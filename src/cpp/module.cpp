@@ -104,6 +104,16 @@ struct Executor {
     PyCompiledOp compiled;
     std::vector<py::dtype> input_dtypes;
     py::dtype output_dtype;
+    bool dense_output;  // whether an output it allocates (C order) matches the compiled one
+
+    static bool is_dense(const TensorDesc &d) {
+        int64_t step = 1;
+        for (size_t i = d.shape.size(); i-- > 0;) {
+            if (d.shape[i] != 1 && d.strides[i] != step) return false;
+            step *= d.shape[i];
+        }
+        return true;
+    }
 
     static bool matches(const py::handle &h, const py::dtype &dtype, const TensorDesc &d) {
         if (!py::isinstance<py::array>(h)) return false;
@@ -131,6 +141,7 @@ struct Executor {
         }
         py::array result;
         if (out.is_none()) {
+            if (!dense_output) throw SignatureMismatch();
             result = py::array(output_dtype, spec.output.shape);
         } else {
             if (!matches(out, output_dtype, spec.output)) throw SignatureMismatch();
@@ -185,7 +196,8 @@ PYBIND11_MODULE(_core, m) {
             .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out) {
                      if (in.size() != c.op->spec().inputs.size())
                          throw std::invalid_argument("Executor: one dtype per input expected");
-                     return Executor{c, std::move(in), std::move(out)};
+                     const bool dense = Executor::is_dense(c.op->spec().output);
+                     return Executor{c, std::move(in), std::move(out), dense};
                  }),
                  py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"))
             .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
