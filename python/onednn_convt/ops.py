@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _core, dtypes, schema, shapes
+from . import _core, dtypes, matmul_lowering, schema, shapes
 from .errors import UnsupportedError
 from .schema import IntList
 
@@ -444,10 +444,16 @@ class ConvTranspose(_Op):
         if bias is not None and (bias.ndim != 1 or bias.shape[0] != o * g):
             msg = f"{self.op_name}: argument 'bias' expected shape ({o * g},), got {bias.shape}"
             raise ValueError(msg)
+        out_shape = shapes.join_activation(n, o * g, ys, a["data_format"])
+        if matmul_lowering.applies(kernel, g, geometry[1]):
+            parts = matmul_lowering.conv_transpose(
+                src.shape, kernel[0], s[0], geometry[2][0], ys[0], o, a["data_format"], a["weights_format"]
+            )
+            return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
         attrs = self._library_attrs(geometry)
         attrs["output_padding"] = list(op)
         inputs = (0, 1) if bias is None else (0, 1, 2)
-        return Lowering("ConvTranspose", attrs, inputs, shapes.join_activation(n, o * g, ys, a["data_format"]))
+        return Lowering("ConvTranspose", attrs, inputs, out_shape)
 
 
 class ConvTransposeBackwardData(_Op):

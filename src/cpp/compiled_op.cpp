@@ -1,5 +1,6 @@
 #include "compiled_op.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -34,6 +35,7 @@ dg::op::kind to_op_kind(const std::string &kind) {
             {"ConvTransposeBackwardWeights", dg::op::kind::ConvTransposeBackwardWeights},
             {"Convolution", dg::op::kind::Convolution},
             {"ConvolutionBackwardData", dg::op::kind::ConvolutionBackwardData},
+            {"MatMul", dg::op::kind::MatMul},
     };
     auto it = kinds.find(kind);
     if (it == kinds.end()) invalid(kind, "unsupported op kind");
@@ -70,10 +72,23 @@ std::string find_string(const Attrs &attrs, const char *name, const char *fallba
     return s ? *s : fallback;
 }
 
+// MatMul [batch..., M, K] x [K, N] -> [batch..., M, N], no attributes.
+void check_matmul(const OpSpec &s) {
+    const std::string &k = s.kind;
+    if (s.inputs.size() != 2 || !s.attrs.empty()) invalid(k, "takes two inputs and no attributes");
+    const Dims &a = s.inputs[0].shape, &b = s.inputs[1].shape, &c = s.output.shape;
+    if (a.size() < 2 || b.size() != 2 || c.size() != a.size()) invalid(k, "unsupported ranks");
+    for (const auto *t : {&s.inputs[0], &s.inputs[1], &s.output})
+        if (t->shape.size() != t->strides.size()) invalid(k, "shape and strides differ in length");
+    if (a.back() != b[0] || c.back() != b[1] || !std::equal(a.begin(), a.end() - 1, c.begin()))
+        invalid(k, "shapes do not multiply");
+}
+
 // The checks oneDNN 3.2 itself gets wrong by crashing (SIGFPE, abort, bad_alloc) rather
 // than returning a status. The Python layer makes them first, with better messages; these
 // keep a direct caller of _core from taking the process down.
 void check_arguments(const OpSpec &s) {
+    if (s.kind == "MatMul") return check_matmul(s);
     const std::string &k = s.kind;
     const auto rank = s.output.shape.size();
     if (rank < 3 || rank > 5) invalid(k, "tensors must have rank 3 to 5");

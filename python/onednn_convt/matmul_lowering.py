@@ -1,0 +1,75 @@
+"""ConvTranspose with a large 1-D kernel, run as a MatMul followed by an overlap-add.
+
+oneDNN 3.2 lowers every ConvTranspose onto its deconvolution kernels, whose JIT code
+generation grows with the kernel: an inverse-STFT-like layer (kernel 1024, stride 256)
+takes about 100 s to compile and 0.6 s per call. The same op is a matrix product and a
+sum of shifted slices, which compiles in milliseconds and runs at MatMul speed.
+
+For src (N, L, IC) and weights W (IC, OC, k), with k padded with zeros to k' = r*s:
+
+    cols = src @ W.reshape(IC, OC*k')                     (N, L, OC, r, s)   oneDNN MatMul
+    full[n, (i+q)*s + t, oc] = sum_q cols[n, i, oc, q, t]                    overlap-add
+    dst = full[:, pads_begin : pads_begin + dst_size, :]   (zeros past the end) + bias
+
+The rule (documented in the README): 1 spatial dim, groups 1, dilation 1, kernel >= 128.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+#: the smallest kernel for which ConvTranspose runs as MatMul + overlap-add
+MIN_KERNEL = 128
+
+
+def applies(kernel: Sequence[int], groups: int, dilations: Sequence[int]) -> bool:
+    """Whether a ConvTranspose with these parameters takes the MatMul lowering."""
+    return len(kernel) == 1 and groups == 1 and dilations[0] == 1 and kernel[0] >= MIN_KERNEL
+
+
+def conv_transpose(
+    src_shape: Sequence[int], kernel: int, stride: int, pad_begin: int, dst_size: int,
+    oc: int, data_format: str, weights_format: str,
+) -> dict[str, Any]:
+    """The pieces of a :class:`onednn_convt.ops.Lowering` for one forward call.
+
+    Returns:
+        keyword arguments ``attrs``, ``prepare``, ``finish``, ``library_shape``.
+    """
+    ncx = data_format == "NCX"
+    n, length = src_shape[0], (src_shape[2] if ncx else src_shape[1])
+    r = -(-kernel // stride)  # taps per output block
+    padded = r * stride
+
+    def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
+        src, w = args[0], args[1]
+        rows = src.transpose(0, 2, 1) if ncx else src  # (N, L, IC), a view
+        w3 = w if weights_format == "IOX" else w.transpose(2, 1, 0)  # (IC, OC, k)
+        if padded != kernel:
+            w3 = np.concatenate(
+                [w3, np.zeros((*w3.shape[:2], padded - kernel), w3.dtype)], axis=2
+            )
+        return [rows, w3.reshape(w3.shape[0], oc * padded)]
+
+    def finish(cols: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
+        blocks = cols.astype(np.float32, copy=False).reshape(n, length, oc, r, stride)
+        full = np.zeros((n, length + r - 1, stride, oc), np.float32)
+        for q in range(r):
+            full[:, q : q + length] += blocks[:, :, :, q, :].transpose(0, 1, 3, 2)
+        full = full.reshape(n, (length + r - 1) * stride, oc)
+        dst = np.zeros((n, dst_size, oc), np.float32)
+        take = max(0, min(dst_size, full.shape[1] - pad_begin))
+        dst[:, :take] = full[:, pad_begin : pad_begin + take]
+        bias = arrays[2] if len(arrays) > 2 else None
+        if bias is not None:
+            dst += np.asarray(bias, dtype=np.float32)
+        return np.ascontiguousarray(dst.transpose(0, 2, 1)) if ncx else dst
+
+    return {
+        "attrs": {},
+        "prepare": prepare,
+        "finish": finish,
+        "library_shape": (n, length, oc * padded),
+    }
