@@ -48,3 +48,32 @@ def resolve(dtype: Any) -> str:
         msg = f"dtype: expected {expected_names()}, got {dtype!r}"
         raise TypeError(msg)
     return code
+
+
+def to_f32(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous float32 copy of a float array (fast path for bf16 and f16)."""
+    from . import _core
+
+    code = code_of(a.dtype)
+    if code in ("bf16", "f16"):
+        out = np.empty(a.shape, np.float32)
+        if _core.convert(np.ascontiguousarray(a), code, out, "f32"):
+            return out
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def round_f32(result: np.ndarray, dtype: np.dtype[Any], out: np.ndarray | None = None) -> np.ndarray:
+    """``result`` (float32) rounded to nearest even in ``dtype``, written into ``out`` if given."""
+    from . import _core
+
+    code = code_of(dtype)
+    if code in ("bf16", "f16") and result.flags.c_contiguous:
+        target = np.empty(result.shape, dtype) if out is None or not out.flags.c_contiguous else out
+        if _core.convert(result, "f32", target, code):
+            if out is not None and target is not out:
+                np.copyto(out, target)
+            return out if out is not None else target
+    if out is None:
+        return result.astype(dtype, copy=False)
+    np.copyto(out, result, casting="unsafe")
+    return out

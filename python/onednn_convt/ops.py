@@ -54,7 +54,7 @@ class Lowering:
         """The arrays handed to the library (emulated: f32 copies of the inputs first)."""
         args = [arrays[i] for i in self.inputs]
         if emulated:
-            args = [np.ascontiguousarray(a, dtype=np.float32) for a in args]
+            args = [dtypes.to_f32(a) for a in args]
         return self.prepare(args) if self.prepare is not None else args
 
 
@@ -90,10 +90,7 @@ class _Plan:
         self.compiled.execute(args, result)
         if low.finish is not None:
             result = low.finish(result, arrays)
-        if out is None:
-            return result.astype(self.dtype, copy=False)
-        np.copyto(out, result, casting="unsafe")
-        return out
+        return dtypes.round_f32(result, self.dtype, out)
 
 
 def _element_strides(a: np.ndarray) -> Optional[tuple[int, ...]]:

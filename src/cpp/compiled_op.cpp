@@ -206,8 +206,13 @@ CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
     compiled_ = partitions[0].compile(input_lts_, {output_lt_}, cpu_engine());
 }
 
-void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const {
+dnnl::stream &thread_stream() {
     thread_local dnnl::stream stream(cpu_engine());
+    return stream;
+}
+
+void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const {
+    dnnl::stream &stream = thread_stream();
     std::vector<dg::tensor> in;
     in.reserve(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i)

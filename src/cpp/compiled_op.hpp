@@ -53,5 +53,6 @@ private:
 };
 
 dnnl::engine &cpu_engine();
+dnnl::stream &thread_stream();  // one CPU stream per thread
 
 }  // namespace onednn_convt

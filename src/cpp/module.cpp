@@ -12,6 +12,7 @@
 #include "oneapi/dnnl/dnnl.hpp"
 
 #include "compiled_op.hpp"
+#include "convert.hpp"
 #include "partition_cache.hpp"
 
 namespace py = pybind11;
@@ -214,6 +215,16 @@ PYBIND11_MODULE(_core, m) {
             },
             py::arg("kind"), py::arg("attrs"), py::arg("inputs"), py::arg("output"),
             "Compile (or fetch from the cache) one op. Tensors are (shape, strides in elements, dtype code).");
+
+    m.def(
+            "convert",
+            [](const py::array &src, const std::string &src_code, py::array dst,
+               const std::string &dst_code) {
+                return convert(src, src_code, dst, dst_code);
+            },
+            py::arg("src"), py::arg("src_code"), py::arg("dst"), py::arg("dst_code"),
+            "Convert C-contiguous src into dst (same size) between f32 and bf16/f16, rounding\n"
+            "to nearest even. Returns False (and does nothing) where this CPU lacks F16C/AVX2.");
 
     m.def("cache_info", [] {
         auto i = global_cache().info();

@@ -1,0 +1,99 @@
+#include "convert.hpp"
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+namespace py = pybind11;
+
+namespace onednn_convt {
+
+namespace {
+
+#define AVX2_F16C __attribute__((target("avx2,f16c")))
+
+AVX2_F16C void f16_to_f32(const uint16_t *in, float *out, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(in + i))));
+    for (; i < n; ++i) out[i] = _cvtsh_ss(in[i]);
+}
+
+AVX2_F16C void f32_to_f16(const float *in, uint16_t *out, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+void bf16_to_f32(const uint16_t *in, float *out, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
+        std::memcpy(out + i, &bits, 4);
+    }
+}
+
+uint16_t round_to_bf16(uint32_t bits) {
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
+    return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+AVX2_F16C void f32_to_bf16(const float *in, uint16_t *out, size_t n) {
+    size_t i = 0;
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x400000);
+    for (; i + 8 <= n; i += 8) {
+        __m256i x = _mm256_castps_si256(_mm256_loadu_ps(in + i));
+        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+        __m256i rounded = _mm256_add_epi32(x, _mm256_add_epi32(bias, lsb));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
+        __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(x, quiet), nan);
+        r = _mm256_srli_epi32(r, 16);
+        __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out + i), packed);
+    }
+    for (; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, in + i, 4);
+        out[i] = round_to_bf16(bits);
+    }
+}
+
+bool c_contiguous(const py::array &a) {
+    return (a.flags() & py::array::c_style) != 0;
+}
+
+}  // namespace
+
+bool convert(const py::array &src, const std::string &src_code, py::array &dst,
+             const std::string &dst_code) {
+    static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    if (src.size() != dst.size() || !c_contiguous(src) || !c_contiguous(dst))
+        throw std::invalid_argument("convert: C-contiguous arrays of one size expected");
+    if (!dst.writeable()) throw std::invalid_argument("convert: destination is read-only");
+    const bool to_f32 = dst_code == "f32";
+    const std::string &low = to_f32 ? src_code : dst_code;
+    if (!to_f32 && src_code != "f32") throw std::invalid_argument("convert: one side must be f32");
+    if ((low != "f16" && low != "bf16") || src.itemsize() != (to_f32 ? 2 : 4) ||
+        dst.itemsize() != (to_f32 ? 4 : 2))
+        throw std::invalid_argument("convert: expected f32 <-> bf16 or f16 with matching item sizes");
+    if (!supported) return false;
+    const size_t n = static_cast<size_t>(src.size());
+    const void *in = src.data();
+    void *out = dst.mutable_data();
+    py::gil_scoped_release release;
+    if (to_f32) {
+        auto *h = static_cast<const uint16_t *>(in);
+        (low == "f16" ? f16_to_f32 : bf16_to_f32)(h, static_cast<float *>(out), n);
+    } else {
+        auto *f = static_cast<const float *>(in);
+        (low == "f16" ? f32_to_f16 : f32_to_bf16)(f, static_cast<uint16_t *>(out), n);
+    }
+    return true;
+}
+
+}  // namespace onednn_convt
