@@ -181,7 +181,10 @@ class _Op:
         if plan is None:
             plan = self._make_plan(arrays, out)
             if len(self._plans) >= self._PLAN_SLOTS:
-                self._plans.pop(next(iter(self._plans)))
+                try:  # drop the oldest; another thread may be doing the same
+                    del self._plans[next(iter(self._plans))]
+                except (KeyError, RuntimeError, StopIteration):
+                    pass
             self._plans[key] = plan
         elif out is not None:
             self._check_aliasing(arrays, out)
