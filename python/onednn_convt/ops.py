@@ -159,6 +159,15 @@ class _Op:
         self.last_plan: Optional[_Plan] = None
         self._fast: Any = None  # the last plan's executor
 
+    @property
+    def lowering(self) -> Optional[str]:
+        """How the last call ran: the library op kind, and ``" (f32 emulation)"`` when the
+        dtype had no native kernel. None before the first call."""
+        plan = self.last_plan
+        if plan is None:
+            return None
+        return plan.lowering.kind + (" (f32 emulation)" if plan.emulated else "")
+
     def __repr__(self) -> str:
         given = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items() if v is not None)
         return f"{type(self).__name__}({given})"
