@@ -45,11 +45,12 @@ def conv_transpose_backward_data(
 
 
 def conv_transpose_backward_weights(
-    src: ArrayLike, diff_dst: ArrayLike, weights_shape: Optional[ArrayLike] = None, *,
+    src: ArrayLike, diff_dst: ArrayLike, weights_shape: Optional[ArrayLike] = None, /, *,
     out: Optional[np.ndarray] = None, **attrs: Any,
 ) -> np.ndarray:
     """``ConvTransposeBackwardWeights(**attrs)(src, diff_dst, weights_shape, out=out)``.
 
-    ``weights_shape`` (positional) wins over a ``weights_shape=`` attribute.
+    ``weights_shape`` (positional) wins over a ``weights_shape=`` attribute; the inputs are
+    positional-only so that both can be given.
     """
     return _op(ConvTransposeBackwardWeights, attrs)(src, diff_dst, weights_shape, out=out)  # type: ignore[no-any-return]
