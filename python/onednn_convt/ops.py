@@ -12,6 +12,7 @@ Layouts: activations are NXC (default) or NCX by ``data_format``; weights are XO
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
@@ -185,6 +186,9 @@ class _Op:
             except _core.SignatureMismatch:
                 pass
         arrays = [self._as_array(name, x) for name, x in zip(self.input_names, inputs)]
+        if out is not None and not isinstance(out, np.ndarray):
+            msg = f"{self.op_name}: argument 'out' expected a NumPy array, got {type(out).__name__}"
+            raise TypeError(msg)
         key = self._signature(arrays, out)
         plan = self._plans.get(key)
         if plan is None:
@@ -196,15 +200,18 @@ class _Op:
                     pass
             self._plans[key] = plan
         elif out is not None:
+            if not out.flags.writeable:
+                msg = f"{self.op_name}: argument 'out' is read-only"
+                raise ValueError(msg)
             self._check_aliasing(arrays, out)
         self.last_plan = plan
         self._fast = plan.executor
         return plan.run(arrays, out)
 
     def _as_array(self, name: str, x: Any) -> Any:
-        if x is None or isinstance(x, np.ndarray):
-            return x
-        if isinstance(x, (str, bytes, dict, set)) or not hasattr(x, "__len__") and not hasattr(
+        if isinstance(x, np.ndarray) or (x is None and name in self.input_names[2:]):
+            return x  # None: an optional input (bias, weights_shape) not given
+        if x is None or isinstance(x, (str, bytes, dict, set)) or not hasattr(x, "__len__") and not hasattr(
             x, "__array__"
         ):
             msg = f"{self.op_name}: argument '{name}' expected a NumPy array, got {type(x).__name__}"
@@ -215,6 +222,10 @@ class _Op:
     def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> _Plan:
         code = self._check_dtypes(arrays)
         lowering = self._lower(arrays)
+        for shape in (lowering.out_shape, lowering.library_shape):
+            if math.prod(shape) * 4 > np.iinfo(np.intp).max:  # f32, the widest computed dtype
+                msg = f"{self.op_name}: {self.output_name} would have shape {lowering.out_shape}, too large to address"
+                raise ValueError(msg)
         dtype = dtypes.FLOAT_DTYPES[code]
         if out is not None:
             self._check_out(arrays, out, lowering.out_shape, dtype)
@@ -590,9 +601,12 @@ class ConvTransposeBackwardWeights(_Op):
                 raise ValueError(msg)
             shape = (value,) if isinstance(value, int) else tuple(value)
         else:
-            if ws.ndim != 1 or ws.dtype.kind not in "iu":
-                msg = f"{op}: argument 'weights_shape' expected a 1-D integer array, got {ws.dtype} shape {ws.shape}"
+            if ws.dtype.kind not in "iu":
+                msg = f"{op}: argument 'weights_shape' expected a 1-D integer array, got dtype {ws.dtype}"
                 raise TypeError(msg)
+            if ws.ndim != 1:
+                msg = f"{op}: argument 'weights_shape' expected a 1-D integer array, got shape {ws.shape}"
+                raise ValueError(msg)
             shape = tuple(int(x) for x in ws)
             info = np.iinfo(dtypes.SHAPE_DTYPE)
             if any(not 1 <= x <= info.max for x in shape):

@@ -19,6 +19,8 @@ DATA_FORMATS = ("NXC", "NCX")
 WEIGHTS_FORMATS = ("XOI", "IOX")
 #: Convolution weight formats that some doc pages list for these ops by mistake (D3).
 CONVOLUTION_WEIGHTS_FORMATS = ("OIX", "XIO")
+#: Largest value of the library's s64 attributes.
+S64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,9 @@ def _check_int_list(op: str, a: Attribute, value: Any) -> int | tuple[int, ...]:
         bound = "positive" if a.minimum == 1 else "non-negative"
         msg = f"{op}: attribute '{a.name}' expected {bound} values, got {value!r}"
         raise ValueError(msg)
+    if any(x > S64_MAX for x in items):
+        msg = f"{op}: attribute '{a.name}' expected values that fit in s64 (<= 2**63-1), got {value!r}"
+        raise ValueError(msg)
     return result
 
 
@@ -146,8 +151,8 @@ def normalize(op: str, given: Mapping[str, Any]) -> dict[str, Any]:
             if not _is_int(value):
                 msg = f"{op}: attribute '{name}' expected an int, got {value!r}"
                 raise TypeError(msg)
-            if value < a.minimum:
-                msg = f"{op}: attribute '{name}' expected a positive int, got {value!r}"
+            if not a.minimum <= value <= S64_MAX:
+                msg = f"{op}: attribute '{name}' expected a positive int (s64), got {value!r}"
                 raise ValueError(msg)
             attrs[name] = int(value)
         else:
