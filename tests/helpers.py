@@ -14,12 +14,12 @@ so one generator serves both seeded NumPy sweeps (:func:`random_config`) and hyp
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable
 
 import ml_dtypes
 import numpy as np
-
 from onednn_convt import reference
 
 Dims = tuple[int, ...]
@@ -162,11 +162,11 @@ class Config:
         ``output_padding`` is always given to ConvTranspose; the backward ops get it (D6)
         when ``output_padding`` is True, or by default when it is non-zero.
         """
-        a: dict[str, Any] = dict(
-            strides=self.strides, pads_begin=self.pads_begin, pads_end=self.pads_end,
-            dilations=self.dilations, auto_pad=self.auto_pad, groups=self.groups,
-            data_format=self.data_format, weights_format=self.weights_format,
-        )
+        a: dict[str, Any] = {
+            "strides": self.strides, "pads_begin": self.pads_begin, "pads_end": self.pads_end,
+            "dilations": self.dilations, "auto_pad": self.auto_pad, "groups": self.groups,
+            "data_format": self.data_format, "weights_format": self.weights_format,
+        }
         if output_padding is None:
             output_padding = op == "ConvTranspose" or any(self.output_padding)
         if output_padding:
@@ -200,13 +200,13 @@ class Config:
             src, diff_dst, self.weights_shape, **self.ref_attrs()
         )
 
-    def with_(self, **changes: Any) -> "Config":
+    def with_(self, **changes: Any) -> Config:
         """A copy with some fields changed."""
         return replace(self, **changes)
 
     def __str__(self) -> str:
         """A compact id, e.g. ``2d-n2-c4x6-g2-x5x4-k3x3-s2x1-d1x1-p0x1-0x2-op0x0-None-NCX-IOX``."""
-        dims = lambda v: "x".join(map(str, v))  # noqa: E731
+        dims = lambda v: "x".join(map(str, v))
         return (
             f"{self.rank}d-n{self.n}-c{self.ic}x{self.oc}-g{self.groups}-x{dims(self.src)}"
             f"-k{dims(self.kernel)}-s{dims(self.strides)}-d{dims(self.dilations)}"
@@ -219,7 +219,7 @@ class Config:
 Chooser = Callable[[str, Sequence[Any]], Any]
 
 
-def build_config(choose: Chooser, rank: Optional[int] = None, max_tries: int = 20) -> Config:
+def build_config(choose: Chooser, rank: int | None = None, max_tries: int = 20) -> Config:
     """A random valid :class:`Config`, every choice made through ``choose(name, options)``.
 
     Covers ranks 1-3, groups (incl. depthwise), strides, dilations, asymmetric pads, pads_end
@@ -261,12 +261,12 @@ def build_config(choose: Chooser, rank: Optional[int] = None, max_tries: int = 2
     return cfg
 
 
-def random_config(rng: np.random.Generator, rank: Optional[int] = None) -> Config:
+def random_config(rng: np.random.Generator, rank: int | None = None) -> Config:
     """A random valid :class:`Config` from a NumPy generator (seeded sweeps)."""
     return build_config(lambda _name, options: options[int(rng.integers(len(options)))], rank)
 
 
-def configs(rank: Optional[int] = None) -> Any:
+def configs(rank: int | None = None) -> Any:
     """A hypothesis strategy of valid :class:`Config` objects (shrinks attribute by attribute)."""
     from hypothesis import strategies as st
 
@@ -277,7 +277,7 @@ def configs(rank: Optional[int] = None) -> Any:
     return strategy()
 
 
-def seeded_configs(count: int, seed: int, rank: Optional[int] = None) -> list[Config]:
+def seeded_configs(count: int, seed: int, rank: int | None = None) -> list[Config]:
     """``count`` random configurations from ``seed`` (for ``pytest.mark.parametrize``)."""
     rng = np.random.default_rng(seed)
     return [random_config(rng, rank) for _ in range(count)]

@@ -4,11 +4,10 @@ auto_pad resolved to the forward op's pads (D8)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import onednn_convt as oc
-from onednn_convt import reference
+import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
+from onednn_convt import reference
 
 OP = "ConvTransposeBackwardData"
 

@@ -4,9 +4,8 @@ input or attribute (spec D7) and auto_pad with src mod stride != 0 (D8)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import onednn_convt as oc
+import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
 
 OP = "ConvTransposeBackwardWeights"

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import onednn_convt as oc
+import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
 
 
@@ -81,7 +80,7 @@ def test_same_upper_and_lower_differ_only_in_alignment():
     rng = np.random.default_rng(6)
     x = rng.standard_normal((1, 3, 5)).astype(np.float32)
     w = rng.standard_normal((3, 2, 3)).astype(np.float32)
-    kw = dict(strides=2, data_format="NCX", weights_format="IOX")
+    kw = {"strides": 2, "data_format": "NCX", "weights_format": "IOX"}
     for mode, pads in (("SAME_UPPER", (0, 1)), ("SAME_LOWER", (1, 0))):
         auto = oc.ConvTranspose(auto_pad=mode, **kw)(x, w)
         explicit = oc.ConvTranspose(pads_begin=pads[0], pads_end=pads[1], **kw)(x, w)
