@@ -29,6 +29,7 @@ from .functional import (
 )
 from .info import cache_info, clear_cache, info, set_cache_capacity
 from .legacy import ConvTransposeBackpropFilters
+from .limits import debug_fill, memory_limit, set_debug_fill, set_memory_limit
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
 
 __version__ = "0.1.0"
@@ -46,6 +47,10 @@ __all__ = [
     "conv_transpose",
     "conv_transpose_backward_data",
     "conv_transpose_backward_weights",
+    "debug_fill",
     "info",
+    "memory_limit",
     "set_cache_capacity",
+    "set_debug_fill",
+    "set_memory_limit",
 ]

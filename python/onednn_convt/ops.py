@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _core, dtypes, matmul_lowering, schema, shapes
+from . import _core, dtypes, limits, matmul_lowering, schema, shapes
 from .errors import UnsupportedError
 from .schema import IntList
 
@@ -81,13 +81,19 @@ class _Plan:
         args = low.library_args(arrays, self.emulated)
         if self.fixers:
             args = [f(a) if f else a for f, a in zip(self.fixers, args)]
+        fill = limits._fill  # debug mode: outputs start as NaN, so unwritten elements show
         if self.direct:
             if out is None:
-                out = np.empty(low.out_shape, self.dtype)
+                out = limits.nan_filled(low.out_shape, self.dtype) if fill else np.empty(low.out_shape, self.dtype)
+            elif fill:
+                out[...] = np.nan
             self.compiled.execute(args, out)
             return out
         compute = np.dtype(np.float32) if self.emulated else self.dtype
-        result = np.empty(low.library_shape if low.finish else low.out_shape, compute)
+        shape = low.library_shape if low.finish else low.out_shape
+        result = limits.nan_filled(shape, compute) if fill else np.empty(shape, compute)
+        if fill and out is not None:
+            out[...] = np.nan
         self.compiled.execute(args, result)
         if low.finish is not None:
             result = low.finish(result, arrays)
@@ -180,7 +186,8 @@ class _Op:
 
     def _call(self, inputs: tuple[Any, ...], out: Optional[np.ndarray]) -> np.ndarray:
         fast = self._fast
-        if fast is not None:  # the lean path: C++ checks the arrays match the last plan
+        # the lean path: C++ checks the arrays match the last plan (off in debug-fill mode)
+        if fast is not None and not limits._fill:
             try:
                 return fast.run(inputs if inputs[-1] is not None else inputs[:-1], out)  # type: ignore[no-any-return]
             except _core.SignatureMismatch:
@@ -230,6 +237,7 @@ class _Op:
         if out is not None:
             self._check_out(arrays, out, lowering.out_shape, dtype)
         key = (lowering.kind, code)
+        limits.check_plan(self.op_name, lowering, arrays, out, dtype, emulated=_NATIVE.get(key) is False)
         if _NATIVE.get(key) is not False:
             try:
                 plan = self._compile(lowering, arrays, out, dtype, code, emulated=False)
@@ -246,6 +254,7 @@ class _Op:
                 "(strict=True; with strict=False it is computed in f32 and rounded)"
             )
             raise UnsupportedError(msg, 3)
+        limits.check_memory(self.op_name, lowering, arrays, out, dtype, emulated=True)
         return self._compile(lowering, arrays, out, dtype, "f32", emulated=True)
 
     @staticmethod

@@ -1,0 +1,292 @@
+"""Safety limits checked before a call allocates or reaches the library, and a debug fill.
+
+Memory: before a new input signature is compiled, the bytes the call will allocate are
+estimated (the result, f32 copies when a dtype is emulated, copies of arrays oneDNN cannot
+describe, and the working copies oneDNN makes when it reorders plain layouts to its blocked
+ones) and compared with a limit. Over it, :class:`MemoryError` says how much and why,
+instead of the process being killed by the OS halfway through. The limit is
+:func:`set_memory_limit`, else the environment variable ``ONEDNN_CONVT_MEMORY_LIMIT`` (bytes,
+or with a ``K``/``M``/``G``/``T`` suffix, powers of 1024), else the memory available now
+(``MemAvailable`` in ``/proc/meminfo``, lowered by a cgroup limit if there is one).
+
+Library range: oneDNN 3.2 computes the shape consistency of a (de)convolution in 32-bit
+``int`` (``src/common/deconvolution.cpp``, ``convolution.cpp``): sizes, strides, dilated
+kernels and pads of 2**31 and more overflow there (undefined behaviour; it usually ends in
+``invalid_arguments``). They raise :class:`ValueError` here first.
+
+Debug fill: with :func:`set_debug_fill` (or ``ONEDNN_CONVT_DEBUG_FILL=1``), every output
+buffer is filled with NaN before the library writes it, so an element left unwritten shows
+up as NaN. It turns off the per-call fast path while on; off, it costs one flag test.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import shapes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .ops import Lowering
+
+#: Largest value oneDNN's 32-bit shape arithmetic holds.
+INT32_MAX = 2**31 - 1
+_ENV_LIMIT = "ONEDNN_CONVT_MEMORY_LIMIT"
+_ENV_FILL = "ONEDNN_CONVT_DEBUG_FILL"
+_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+#: Files read for the default limit (tests point them elsewhere).
+MEMINFO = "/proc/meminfo"
+CGROUP_V2 = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current")
+CGROUP_V1 = (
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+)
+
+
+def parse_bytes(text: str) -> int:
+    """A byte count from ``"123"``, ``"512M"``, ``"4G"``, ``"1.5T"`` (powers of 1024).
+
+    Raises:
+        ValueError: not a positive number with an optional K, M, G or T suffix.
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    value = int(float(m.group(1)) * _SUFFIXES[m.group(2).upper()]) if m else 0
+    if value <= 0:
+        msg = f"memory limit: expected a positive byte count such as 4096, 512M or 8G, got {text!r}"
+        raise ValueError(msg)
+    return value
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes for people: ``"1.5 GiB"``, ``"512 B"``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _limit_from_env() -> int | None:
+    text = os.environ.get(_ENV_LIMIT)
+    if not text:
+        return None
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        msg = f"{_ENV_LIMIT}={text!r}: {e}"
+        raise ValueError(msg) from None
+
+
+_limit: int | None = _limit_from_env()
+_fill: bool = os.environ.get(_ENV_FILL, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def set_memory_limit(limit: int | None) -> None:
+    """Set the most bytes one call may allocate; over it, the call raises MemoryError.
+
+    Args:
+        limit: bytes (an int > 0), or None for the default: the memory available when a
+            new input signature is planned (``MemAvailable``, or a lower cgroup limit).
+
+    Raises:
+        TypeError: ``limit`` is neither an int nor None.
+        ValueError: ``limit`` is not positive.
+    """
+    global _limit
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+        msg = f"set_memory_limit: argument 'limit' expected an int (bytes) or None, got {limit!r}"
+        raise TypeError(msg)
+    if limit is not None and limit <= 0:
+        msg = f"set_memory_limit: argument 'limit' expected a positive number of bytes, got {limit}"
+        raise ValueError(msg)
+    _limit = limit
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            text = fh.read().strip()
+        return int(text)
+    except (OSError, ValueError):  # missing, or "max" (no cgroup limit)
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes available to this process now, or None if the system does not say.
+
+    ``MemAvailable`` from ``/proc/meminfo``, lowered to what is left under the cgroup's
+    memory limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when there is one.
+    """
+    avail = None
+    try:
+        with open(MEMINFO, "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit_file, usage_file in (CGROUP_V2, CGROUP_V1):
+        cap, used = _read_int(limit_file), _read_int(usage_file)
+        if cap is not None and used is not None and cap < 2**60:
+            left = max(0, cap - used)
+            avail = left if avail is None else min(avail, left)
+            break
+    return avail
+
+
+def memory_limit() -> int | None:
+    """The limit in force, in bytes: the one set, else :func:`available_memory` (may be None)."""
+    return _limit if _limit is not None else available_memory()
+
+
+def set_debug_fill(enabled: bool) -> None:
+    """Fill every output with NaN before the library writes it (a check for unwritten outputs).
+
+    Args:
+        enabled: True to fill (slower: each call allocates and fills), False for normal runs.
+    """
+    global _fill
+    _fill = bool(enabled)
+
+
+def debug_fill() -> bool:
+    """Whether outputs are filled with NaN before each call (:func:`set_debug_fill`)."""
+    return _fill
+
+
+def nan_filled(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """A new array of ``shape`` and ``dtype`` full of NaN (the debug fill)."""
+    return np.full(tuple(shape), np.nan, dtype)
+
+
+# -- checks made when a call is planned ---------------------------------------------------------
+def _needs_copy(a: np.ndarray) -> bool:
+    """Whether the op copies ``a`` because oneDNN cannot describe its strides (ops._fixed_view)."""
+    size = a.itemsize
+    if not a.flags.aligned or any(s % size for s in a.strides):
+        return True
+    return any(s <= 0 and n > 1 for s, n in zip(a.strides, a.shape))
+
+
+def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:
+    """Raise ValueError where oneDNN's 32-bit shape arithmetic would overflow.
+
+    Every tensor dim, and per spatial dim the sum of the larger activation size, the dilated
+    kernel extent, both pads, the stride and the output_padding, must stay below 2**31.
+    """
+    tensors = [tuple(arrays[i].shape) for i in low.inputs] + [tuple(low.out_shape)]
+    for shape in tensors:
+        if shape and max(shape) > INT32_MAX:
+            msg = (
+                f"{op}: a tensor of shape {shape} has a dimension of 2**31 or more; oneDNN "
+                "computes shapes in 32-bit integers"
+            )
+            raise ValueError(msg)
+    a = low.attrs
+    if "strides" not in a:  # MatMul: no geometry
+        return
+    data_format, weights_format = a["data_format"], a["weights_format"]
+    bwd_w = low.kind == "ConvTransposeBackwardWeights"
+    weights = tuple(a["weights_shape"]) if bwd_w else tuple(arrays[low.inputs[1]].shape)
+    src = tuple(arrays[low.inputs[0]].shape)
+    dst = tuple(arrays[low.inputs[1]].shape) if bwd_w else tuple(low.out_shape)
+    xs = shapes.split_activation(src, data_format)[2]
+    ys = shapes.split_activation(dst, data_format)[2]
+    kernel = weights[2:] if weights_format in ("IOX", "OIX") else weights[:-2]
+    op_pad = a.get("output_padding") or [0] * len(kernel)
+    for i, k in enumerate(kernel):
+        s, d, pb, pe = a["strides"][i], a["dilations"][i], a["pads_begin"][i], a["pads_end"][i]
+        ek = d * (k - 1) + 1
+        need = max(xs[i], ys[i]) + ek + pb + pe + s + op_pad[i]
+        if need > INT32_MAX:
+            msg = (
+                f"{op}: spatial dim {i} combines size {max(xs[i], ys[i])}, kernel extent {ek} "
+                f"(kernel {k}, dilation {d}), pads {pb}/{pe} and stride {s} into {need}; oneDNN "
+                "computes these in 32-bit integers, so the sum must stay below 2**31"
+            )
+            raise ValueError(msg)
+
+
+def estimate(
+    low: Lowering, arrays: Sequence[Any], out: np.ndarray | None, dtype: Any, emulated: bool
+) -> dict[str, int]:
+    """Bytes a call allocates, by purpose (see the module docstring). Only non-zero entries."""
+    itemsize = np.dtype(dtype).itemsize
+    compute = 4 if emulated else itemsize
+    inputs = [arrays[i] for i in low.inputs]
+    in_elems = sum(math.prod(a.shape) for a in inputs)
+    out_elems = math.prod(low.out_shape)
+    lib_elems = math.prod(low.library_shape) if low.finish is not None else out_elems
+    parts = {
+        "result": 0 if out is not None else out_elems * itemsize,
+        "copies of inputs oneDNN cannot describe": sum(
+            a.nbytes if a.size else 0 for a in inputs if _needs_copy(a)
+        ),
+        "f32 copies (emulated dtype)": (in_elems + lib_elems) * 4 if emulated else 0,
+        "library output before finishing": lib_elems * compute if low.finish is not None else 0,
+        # the overlap-add of the MatMul lowering: a padded f32 sum, the crop, the transpose
+        "finishing step": 3 * out_elems * 4 if low.finish is not None else 0,
+    }
+    # oneDNN 3.2 reorders plain NCX activations (and any BackwardWeights problem) to its
+    # blocked layouts: one working copy of each tensor (measured: NXC forward and
+    # BackwardData make none). Weights are small and always counted.
+    if "strides" in low.attrs:
+        weights_elems = math.prod(
+            low.attrs["weights_shape"]
+            if low.kind == "ConvTransposeBackwardWeights"
+            else inputs[1].shape
+        )
+        if low.attrs["data_format"] == "NCX" or low.kind == "ConvTransposeBackwardWeights":
+            parts["library working copies"] = (in_elems + out_elems) * compute
+        else:
+            parts["library working copies"] = weights_elems * compute
+    return {k: v for k, v in parts.items() if v}
+
+
+def check_memory(
+    op: str,
+    low: Lowering,
+    arrays: Sequence[Any],
+    out: np.ndarray | None,
+    dtype: Any,
+    emulated: bool,
+) -> None:
+    """Raise MemoryError if the call's estimated allocation is over :func:`memory_limit`."""
+    parts = estimate(low, arrays, out, dtype, emulated)
+    total = sum(parts.values())
+    if _limit is not None:
+        limit, source = _limit, "set by set_memory_limit() or ONEDNN_CONVT_MEMORY_LIMIT"
+    else:
+        if total < 2**20:  # a small call: skip reading /proc (a new plan per signature)
+            return
+        limit, source = available_memory(), "the memory available now"  # type: ignore[assignment]
+        if limit is None:
+            return
+    if total > limit:
+        detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
+        msg = (
+            f"{op}: this call would allocate about {format_bytes(total)} ({total} bytes: {detail}) "
+            f"for an output of shape {tuple(low.out_shape)}, over the limit of {format_bytes(limit)} "
+            f"({source}); raise it with onednn_convt.set_memory_limit(bytes) or "
+            f"{_ENV_LIMIT}, or make the problem smaller"
+        )
+        raise MemoryError(msg)
+
+
+def check_plan(
+    op: str,
+    low: Lowering,
+    arrays: Sequence[Any],
+    out: np.ndarray | None,
+    dtype: Any,
+    emulated: bool,
+) -> None:
+    """Both checks, in order: the library's 32-bit range (ValueError), then memory (MemoryError)."""
+    check_library_range(op, low, arrays)
+    check_memory(op, low, arrays, out, dtype, emulated)
