@@ -1,0 +1,28 @@
+"""Conformance runner: oneDNN graph JSON cases and benchdnn-style harness files in, verdicts out.
+
+- :mod:`.graph_json`: read, check and write the graph JSON format (:func:`to_graph_json`).
+- :mod:`.harness`: benchdnn's harness-file syntax.
+- :mod:`.cases`: a case (a JSON with overrides), checked; :func:`collect` finds them.
+- :mod:`.fill`: benchdnn's deterministic integer fills.
+- :mod:`.runner`: runs a case through the public API and judges it against the reference.
+- :mod:`.report`: progress, JUnit XML, JSON, the summary line.
+- :mod:`.cli`: ``onednn-convt conformance``; :mod:`.pytest_plugin`: ``pytest --conformance``.
+"""
+
+from __future__ import annotations
+
+from .cases import Case, collect
+from .graph_json import GraphJSONError, load, loads, to_graph_json
+from .runner import Result, run_case, run_cases
+
+__all__ = [
+    "Case",
+    "GraphJSONError",
+    "Result",
+    "collect",
+    "load",
+    "loads",
+    "run_case",
+    "run_cases",
+    "to_graph_json",
+]

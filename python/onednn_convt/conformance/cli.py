@@ -1,0 +1,208 @@
+"""``onednn-convt conformance``: run graph JSON cases and harness files, report, exit status.
+
+Examples::
+
+    onednn-convt conformance                       # the bundled suite
+    onednn-convt conformance harness_f32 op/ -k bwd_w --junit-xml report.xml
+    onednn-convt conformance --cases-root DIR --line '--reset --dt=bf16 --case=op/f32/deconv.json'
+    onednn-convt conformance --dump 'ConvTranspose(strides=2, data_format="NCX", weights_format="IOX")' \\
+        --shapes 1x8x5x5 8x4x3x3 --dt bf16 -o case.json
+
+Exit status: 0 when no case failed or errored, 1 otherwise, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+import time
+from typing import Any, Optional, Sequence
+
+#: Op classes --dump accepts.
+DUMP_KINDS = (
+    "ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights", "ConvTransposeBackpropFilters",
+)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N (e.g. 1/4), got {text!r}") from None
+    if not 1 <= i <= n:
+        raise argparse.ArgumentTypeError(f"expected 1 <= I <= N in I/N (shards are numbered from 1), got {text!r}")
+    return i, n
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``onednn-convt conformance``."""
+    parser.description = (
+        "Run oneDNN graph JSON cases (single ConvTranspose ops) and benchdnn-style harness files "
+        "through onednn_convt and judge each against onednn_convt.reference."
+    )
+    parser.add_argument(
+        "paths", nargs="*", metavar="PATH",
+        help="JSON files, harness files (any other file) or directories (searched for *.json and "
+        "harness* files); none: the bundled suite",
+    )
+    parser.add_argument("-k", dest="keywords", action="append", default=[], metavar="TEXT",
+                        help="run only cases whose line or location contains TEXT (case-insensitive; "
+                        "repeat: any of them)")
+    parser.add_argument("--dt", metavar="DT[,DT...]",
+                        help="run only cases of these dtypes (f32, bf16, f16); with --dump: the dtype of the call")
+    parser.add_argument("--shard", type=_shard, metavar="I/N",
+                        help="run only the I-th of N equal parts of the selected cases (1 <= I <= N)")
+    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    parser.add_argument("--junit-xml", metavar="FILE", help="write a JUnit XML report")
+    parser.add_argument("--json", metavar="FILE", help="write a JSON report")
+    parser.add_argument("--fail-on-unsupported", action="store_true",
+                        help="count UNSUPPORTED cases as failed (default: skipped)")
+    parser.add_argument("--strict-dtypes", action="store_true",
+                        help="do not emulate bf16/f16 where the CPU has no kernel: such cases are UNSUPPORTED")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every case with its details")
+    parser.add_argument("--cases-root", metavar="DIR",
+                        help="where --case= paths are looked up when not next to the harness file")
+    parser.add_argument("--line", action="append", default=[], metavar="LINE",
+                        help="a harness line to run (repeatable), e.g. '--reset --case=op/f32/deconv.json'")
+    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument("--dump-failures", metavar="DIR",
+                        help="write the graph JSON of each failed case (overrides applied) into DIR")
+    dump = parser.add_argument_group("writing a case (--dump)")
+    dump.add_argument("--dump", metavar="CALL",
+                      help="write the graph JSON of a call instead of running cases; CALL is the op "
+                      "construction with literal keywords, e.g. 'ConvTranspose(strides=2, auto_pad=\"same_upper\")'")
+    dump.add_argument("--shapes", nargs="+", default=[], metavar="SHAPE",
+                      help="the call's input shapes in order, e.g. 1x8x5x5 8x4x3x3; ws:8x4x3x3 is a "
+                      "weights_shape input (ConvTransposeBackwardWeights) with those values")
+    dump.add_argument("-o", "--output", metavar="FILE", help="where --dump writes (default: standard output)")
+
+
+def parse_call(text: str) -> tuple[str, dict[str, Any]]:
+    """(op class name, keyword attributes) of ``Kind(attr=literal, ...)``.
+
+    Raises:
+        ValueError: not a call of one of DUMP_KINDS with literal keyword arguments.
+    """
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise ValueError(f"--dump: {text!r} is not a Python call: {e.msg}") from None
+    if not isinstance(node, ast.Call):
+        raise ValueError(f"--dump: expected Kind(attr=value, ...), got {text!r}")
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    if name not in DUMP_KINDS:
+        raise ValueError(f"--dump: op {name or text!r} expected one of {', '.join(DUMP_KINDS)}")
+    if node.args or any(kw.arg is None for kw in node.keywords):
+        raise ValueError("--dump: attributes are keyword arguments (strides=2, ...)")
+    kwargs = {}
+    for kw in node.keywords:
+        try:
+            kwargs[kw.arg] = ast.literal_eval(kw.value)
+        except ValueError:
+            raise ValueError(f"--dump: attribute {kw.arg} expected a literal value, got {ast.unparse(kw.value)}") from None
+    return name, kwargs
+
+
+def dump_call(call: str, shapes: Sequence[str], dt: Optional[str]) -> str:
+    """Graph JSON of ``call`` applied to zero arrays of ``shapes`` in dtype ``dt``."""
+    import numpy as np
+
+    import onednn_convt
+    from onednn_convt.dtypes import FLOAT_DTYPES, SHAPE_DTYPE
+
+    from .graph_json import to_graph_json
+
+    name, kwargs = parse_call(call)
+    code = dt or "f32"
+    if code not in FLOAT_DTYPES:
+        raise ValueError(f"--dt: expected f32, bf16 or f16 with --dump, got {code!r}")
+    arrays = []
+    for text in shapes:
+        ws = text.startswith("ws:")
+        try:
+            dims = [int(d) for d in text.removeprefix("ws:").split("x")]
+        except ValueError:
+            raise ValueError(f"--shapes: {text!r} expected AxBxC (or ws:AxBxC)") from None
+        arrays.append(np.asarray(dims, SHAPE_DTYPE) if ws else np.zeros(dims, FLOAT_DTYPES[code]))
+    op = getattr(onednn_convt, name)(**kwargs)
+    return to_graph_json(op, *arrays)
+
+
+def _select(cases: list[Any], args: argparse.Namespace) -> list[Any]:
+    if args.keywords:
+        words = [k.lower() for k in args.keywords]
+        cases = [c for c in cases if any(w in f"{c.location} {c.id}".lower() for w in words)]
+    if args.dt:
+        wanted = {d.strip() for d in args.dt.split(",")}
+        unknown = wanted - {"f32", "bf16", "f16"}
+        if unknown:
+            raise ValueError(f"--dt: expected f32, bf16 or f16, got {', '.join(sorted(unknown))}")
+        cases = [c for c in cases if c.dtype is None or c.dtype in wanted]
+    if args.shard:
+        i, n = args.shard
+        cases = cases[i - 1 :: n]
+    return cases
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``onednn-convt conformance``; returns the exit status."""
+    from . import report
+    from .cases import collect
+    from .runner import FAILED, run_cases
+
+    try:
+        if args.dump:
+            text = dump_call(args.dump, args.shapes, args.dt)
+            if args.output:
+                with open(args.output, "w", encoding="utf-8") as f:
+                    f.write(text)
+            else:
+                sys.stdout.write(text)
+            return 0
+        if args.jobs < 1:
+            raise ValueError(f"--jobs: expected N >= 1, got {args.jobs}")
+        cases = _select(collect(args.paths, cases_root=args.cases_root, lines=args.line), args)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"onednn-convt conformance: error: {e}", file=sys.stderr)
+        return 2
+    if args.list:
+        for c in cases:
+            print(f"{c.location}  {c.id}")
+        print(f"{len(cases)} cases")
+        return 0
+    start = time.perf_counter()
+    reporter = report.Reporter(len(cases), verbose=args.verbose, fail_on_unsupported=args.fail_on_unsupported)
+    results = run_cases(
+        cases, jobs=args.jobs, strict_dtypes=args.strict_dtypes, on_result=lambda i, r: reporter.add(r)
+    )
+    seconds = time.perf_counter() - start
+    if args.junit_xml or args.json:
+        env = report.environment()
+        common = dict(fail_on_unsupported=args.fail_on_unsupported)
+        if args.junit_xml:
+            report.write_junit(args.junit_xml, results, seconds, properties=env, **common)
+        if args.json:
+            report.write_json(args.json, results, seconds, env=env, **common)
+    if args.dump_failures:
+        _dump_failures(args.dump_failures, [r for r in results if r.outcome == FAILED])
+    counts = reporter.finish(seconds)
+    return 0 if counts["failed"] == 0 and counts["errors"] == 0 else 1
+
+
+def _dump_failures(directory: str, failed: Sequence[Any]) -> None:
+    from .graph_json import case_graph_json
+
+    os.makedirs(directory, exist_ok=True)
+    for n, r in enumerate(failed, 1):
+        path = os.path.join(directory, f"failure_{n:03d}_{r.case.kind}.json")
+        try:
+            text = case_graph_json(r.case)
+        except (ValueError, TypeError) as e:
+            print(f"could not write {path}: {e}", file=sys.stderr)
+            continue
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"wrote {path} for {r.case.id}")

@@ -1,0 +1,468 @@
+"""oneDNN graph JSON: load, validate and write the serialized graphs benchdnn reads (spec 8).
+
+A graph file is an object with ``version``, ``engine_kind``, ``fpmath_mode`` and ``graph``,
+a list of op entries::
+
+    {"id": 0, "name": "...", "kind": "ConvTranspose",
+     "attrs": {"strides": {"type": "s64[]", "value": [2, 2]}, ...},
+     "inputs": [logical tensor, ...], "outputs": [logical tensor]}
+
+and a logical tensor is ``{"id", "dtype", "shape", "stride", "layout_type",
+"property_type"}`` with an unknown dim written as INT64_MIN.
+
+:func:`loads` / :func:`load` check the structure and raise :class:`GraphJSONError` with the
+JSON path of the first problem; what is valid *for a ConvTranspose op* (attribute names,
+dtypes, shapes) is checked when a case is built (:mod:`onednn_convt.conformance.cases`).
+
+:func:`to_graph_json` writes the graph of a Python call in the library's spelling: every
+attribute of the op kind, defaults included, ``type`` first in every attribute entry, both
+``data_format`` and ``weights_format`` (benchdnn needs them, spec 8), ``auto_pad`` as
+``"None"``/``"SAME_UPPER"``/..., one entry per spatial dim in every list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+#: The op kinds this package runs.
+CONVT_KINDS = ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
+
+#: Every op kind of oneDNN 3.2's Graph API (``dnnl::graph::op::kind``): a kind outside this
+#: set is a typo or not a oneDNN op (INVALID); one inside it but not in CONVT_KINDS is a
+#: valid graph this runner does not cover (SKIPPED).
+GRAPH_OP_KINDS = frozenset(
+    """Abs AbsBackward Add AvgPool AvgPoolBackward BatchNormForwardTraining BatchNormInference
+    BatchNormTrainingBackward BiasAdd BiasAddBackward Clamp ClampBackward Concat Convolution
+    ConvolutionBackwardData ConvolutionBackwardWeights ConvTranspose ConvTransposeBackwardData
+    ConvTransposeBackwardWeights Dequantize Divide DynamicDequantize DynamicQuantize Elu
+    EluBackward End Exp GELU GELUBackward HardSigmoid HardSigmoidBackward HardSwish
+    HardSwishBackward Interpolate InterpolateBackward LayerNorm LayerNormBackward LeakyReLU Log
+    LogSoftmax LogSoftmaxBackward MatMul Maximum MaxPool MaxPoolBackward Minimum Mish
+    MishBackward Multiply Pow PReLU PReLUBackward Quantize Reciprocal ReduceL1 ReduceL2
+    ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReLU ReLUBackward Reorder Round Select
+    Sigmoid SigmoidBackward SoftMax SoftMaxBackward SoftPlus SoftPlusBackward Sqrt
+    SqrtBackward Square SquaredDifference StaticReshape StaticTranspose Subtract Tanh
+    TanhBackward TypeCast Wildcard""".split()
+)
+
+#: Attribute value types of the format (the entry's ``"type"``).
+ATTR_TYPES = ("string", "bool", "s64", "s64[]", "f32", "f32[]")
+
+#: How the library writes an unknown dim or stride.
+UNKNOWN_DIM = -(2**63)
+
+#: Library attribute schema of each op kind: name -> JSON type, in the order we write them
+#: (spec 2). Required: strides, pads_begin, pads_end, dilations.
+LIBRARY_ATTRS: dict[str, dict[str, str]] = {
+    kind: {
+        "strides": "s64[]",
+        "pads_begin": "s64[]",
+        "pads_end": "s64[]",
+        "dilations": "s64[]",
+        "auto_pad": "string",
+        "groups": "s64",
+        "data_format": "string",
+        "weights_format": "string",
+        **({"output_padding": "s64[]"} if kind == "ConvTranspose" else {}),
+        **({"weights_shape": "s64[]"} if kind == "ConvTransposeBackwardWeights" else {}),
+    }
+    for kind in CONVT_KINDS
+}
+REQUIRED_ATTRS = ("strides", "pads_begin", "pads_end", "dilations")
+
+
+class GraphJSONError(ValueError):
+    """The text is not a well-formed oneDNN graph JSON; the message names where."""
+
+
+@dataclass
+class Attr:
+    """One attribute entry: its JSON ``type`` and ``value``."""
+
+    type: str
+    value: Any
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"type": ..., "value": ...}`` with ``type`` first (benchdnn requires it)."""
+        return {"type": self.type, "value": self.value}
+
+
+@dataclass
+class LogicalTensor:
+    """A logical tensor entry. ``shape``/``stride`` hold UNKNOWN_DIM where unknown."""
+
+    id: int
+    dtype: str
+    shape: list[int]
+    stride: list[int] = field(default_factory=lambda: [UNKNOWN_DIM])
+    layout_type: str = "strided"
+    property_type: str = "undef"
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry in the library's key order."""
+        return {
+            "id": self.id,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "stride": list(self.stride),
+            "layout_type": self.layout_type,
+            "property_type": self.property_type,
+        }
+
+    @property
+    def known_shape(self) -> bool:
+        """Whether every dim is known (>= 0)."""
+        return all(d >= 0 for d in self.shape)
+
+
+@dataclass
+class GraphOp:
+    """One op entry of a graph."""
+
+    id: int
+    name: str
+    kind: str
+    attrs: dict[str, Attr]
+    inputs: list[LogicalTensor]
+    outputs: list[LogicalTensor]
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry in the library's key order."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "attrs": {k: a.to_json() for k, a in self.attrs.items()},
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+        }
+
+
+@dataclass
+class Graph:
+    """A whole graph file; ``extra`` keeps optional top-level keys (``input_ports``, ...)."""
+
+    ops: list[GraphOp]
+    version: str = "3.2.0"
+    engine_kind: str = "cpu"
+    fpmath_mode: str = "strict"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The top-level object (``graph`` last, as the library writes it)."""
+        return {
+            "version": self.version,
+            "engine_kind": self.engine_kind,
+            "fpmath_mode": self.fpmath_mode,
+            **self.extra,
+            "graph": [op.to_json() for op in self.ops],
+        }
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def _fail(where: str, msg: str) -> GraphJSONError:
+    return GraphJSONError(f"{where}: {msg}")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _get(obj: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in obj:
+        raise _fail(where, f"missing key '{key}'")
+    value = obj[key]
+    if kind is int and not _is_int(value) or not isinstance(value, kind):
+        raise _fail(f"{where}.{key}", f"expected {_type_name(kind)}, got {value!r}")
+    return value
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    names = {int: "an integer", str: "a string", list: "a list", dict: "an object"}
+    if isinstance(kind, tuple):
+        return " or ".join(names.get(k, k.__name__) for k in kind)
+    return names.get(kind, kind.__name__)
+
+
+def _int_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not all(_is_int(v) for v in value):
+        raise _fail(where, f"expected a list of integers, got {value!r}")
+    return list(value)
+
+
+def _parse_attr(name: str, entry: Any, where: str) -> Attr:
+    if not isinstance(entry, dict):
+        raise _fail(where, f"attribute '{name}' expected an object {{\"type\", \"value\"}}, got {entry!r}")
+    keys = list(entry)
+    if "type" not in entry or "value" not in entry:
+        raise _fail(where, f"attribute '{name}' expected keys 'type' and 'value', got {keys}")
+    if keys[0] != "type":
+        raise _fail(where, f"attribute '{name}': 'type' must be the first key (benchdnn's loader reads it first), got {keys}")
+    t, v = entry["type"], entry["value"]
+    if t not in ATTR_TYPES:
+        raise _fail(where, f"attribute '{name}' has unknown type {t!r}; expected one of {', '.join(ATTR_TYPES)}")
+    ok = {
+        "string": isinstance(v, str),
+        "bool": isinstance(v, bool) or v in (0, 1, "true", "false"),
+        "s64": _is_int(v),
+        "s64[]": isinstance(v, list) and all(_is_int(x) for x in v),
+        "f32": isinstance(v, (int, float)) and not isinstance(v, bool),
+        "f32[]": isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v),
+    }[t]
+    if not ok:
+        raise _fail(where, f"attribute '{name}' of type {t} has value {v!r}")
+    return Attr(t, v)
+
+
+def _parse_tensor(obj: Any, where: str) -> LogicalTensor:
+    if not isinstance(obj, dict):
+        raise _fail(where, f"expected a logical tensor object, got {obj!r}")
+    return LogicalTensor(
+        id=_get(obj, "id", where, int),
+        dtype=_get(obj, "dtype", where, str),
+        shape=_int_list(_get(obj, "shape", where, list), f"{where}.shape"),
+        stride=_int_list(obj.get("stride", [UNKNOWN_DIM]), f"{where}.stride"),
+        layout_type=_get(obj, "layout_type", where, str) if "layout_type" in obj else "strided",
+        property_type=_get(obj, "property_type", where, str) if "property_type" in obj else "undef",
+    )
+
+
+def _parse_op(obj: Any, where: str) -> GraphOp:
+    if not isinstance(obj, dict):
+        raise _fail(where, f"expected an op object, got {obj!r}")
+    attrs_obj = _get(obj, "attrs", where, dict) if "attrs" in obj else {}
+    attrs = {name: _parse_attr(name, e, f"{where}.attrs") for name, e in attrs_obj.items()}
+    return GraphOp(
+        id=_get(obj, "id", where, int),
+        name=_get(obj, "name", where, str) if "name" in obj else "",
+        kind=_get(obj, "kind", where, str),
+        attrs=attrs,
+        inputs=[_parse_tensor(t, f"{where}.inputs[{i}]") for i, t in enumerate(_get(obj, "inputs", where, list))],
+        outputs=[_parse_tensor(t, f"{where}.outputs[{i}]") for i, t in enumerate(_get(obj, "outputs", where, list))],
+    )
+
+
+def parse_graph(data: Any, source: str = "<graph>") -> Graph:
+    """A :class:`Graph` from decoded JSON, checking the structure of the format.
+
+    Args:
+        data: the decoded JSON value.
+        source: name for messages (usually the file path).
+
+    Raises:
+        GraphJSONError: a missing key, a value of the wrong type, an attribute entry whose
+            first key is not ``type``, or duplicate op ids.
+    """
+    if not isinstance(data, dict):
+        raise _fail(source, f"expected a JSON object at the top level, got {type(data).__name__}")
+    ops_data = _get(data, "graph", source, list)
+    ops = [_parse_op(op, f"{source}: graph[{i}]") for i, op in enumerate(ops_data)]
+    ids = [op.id for op in ops]
+    if len(set(ids)) != len(ids):
+        raise _fail(source, f"duplicate op ids {ids}")
+    known = ("version", "engine_kind", "fpmath_mode", "graph")
+    for key in known[:3]:
+        if key in data and not isinstance(data[key], str):
+            raise _fail(source, f"'{key}' expected a string, got {data[key]!r}")
+    return Graph(
+        ops=ops,
+        version=data.get("version", ""),
+        engine_kind=data.get("engine_kind", "cpu"),
+        fpmath_mode=data.get("fpmath_mode", "strict"),
+        extra={k: v for k, v in data.items() if k not in known},
+    )
+
+
+def loads(text: str, source: str = "<graph>") -> Graph:
+    """Parse graph JSON text.
+
+    Raises:
+        GraphJSONError: the text is not JSON or not a well-formed graph (see :func:`parse_graph`).
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _fail(source, f"not valid JSON: {e}") from None
+    return parse_graph(data, source)
+
+
+def load(path: Union[str, os.PathLike[str]]) -> Graph:
+    """Read and parse a graph JSON file.
+
+    Raises:
+        GraphJSONError: unreadable file or malformed content.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise _fail(str(path), f"cannot read: {e}") from None
+    return loads(text, str(path))
+
+
+def dumps(graph: Graph, indent: Optional[int] = 2) -> str:
+    """Graph JSON text (``indent=None`` for one line)."""
+    return json.dumps(graph.to_json(), indent=indent) + ("\n" if indent is not None else "")
+
+
+# -- writing the graph of a Python call -----------------------------------------------------
+
+
+def dense_strides(shape: Sequence[int]) -> list[int]:
+    """Row-major element strides of ``shape``."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return list(reversed(strides))
+
+
+def _tensor_of(array: np.ndarray, tid: int, code: str) -> LogicalTensor:
+    size = array.itemsize
+    if all(s > 0 and s % size == 0 for s in array.strides):
+        stride = [s // size for s in array.strides]
+    else:  # the op copies such arrays to dense memory before the library sees them
+        stride = dense_strides(array.shape)
+    return LogicalTensor(tid, code, [int(d) for d in array.shape], stride)
+
+
+def library_attrs(kind: str, attrs: dict[str, Any], spatial: int) -> dict[str, Attr]:
+    """Every library attribute of ``kind`` from an op's normalized attributes.
+
+    Args:
+        kind: op kind.
+        attrs: the op's ``attrs`` (ints, tuples, library spellings, None where not given);
+            ``weights_shape`` must already be resolved for BackwardWeights.
+        spatial: number of spatial dims (lists are written with one entry per dim).
+
+    Raises:
+        ValueError: a list attribute whose length is not ``spatial``.
+    """
+    from .. import schema
+
+    out: dict[str, Attr] = {}
+    for name, t in LIBRARY_ATTRS[kind].items():
+        value = attrs.get(name)
+        if name == "weights_shape":
+            out[name] = Attr(t, [int(v) for v in value] if value is not None else [0] * 12)
+        elif t == "s64[]":
+            out[name] = Attr(t, list(schema.per_dim(kind, name, value, spatial)))
+        elif t == "s64":
+            out[name] = Attr(t, int(value))
+        else:
+            out[name] = Attr(t, str(value))
+    return out
+
+
+def graph_of_call(op: Any, *inputs: Any) -> Graph:
+    """The :class:`Graph` of the call ``op(*inputs)``; see :func:`to_graph_json`."""
+    from .. import dtypes, legacy
+    from .cases import expected_output_shape
+
+    if isinstance(op, legacy.ConvTransposeBackpropFilters):
+        inner = op._op  # the ConvTransposeBackwardWeights that computes it
+        inputs = tuple(inputs)
+        if len(inputs) > 2 and inputs[2] is not None:
+            shape = list(np.asarray(inputs[2]).tolist())
+            a, b = op._axes
+            shape[a], shape[b] = shape[b], shape[a]
+            inputs = (*inputs[:2], np.asarray(shape, np.int32))
+        op = inner
+    kind = getattr(op, "op_name", None)
+    if kind not in CONVT_KINDS:
+        msg = f"to_graph_json: argument 'op' expected a ConvTranspose, ConvTransposeBackwardData or ConvTransposeBackwardWeights object, got {type(op).__name__}"
+        raise TypeError(msg)
+    names = type(op).input_names
+    arrays = [None if x is None else np.asarray(x) for x in inputs]
+    while arrays and arrays[-1] is None:
+        arrays.pop()
+    if len(arrays) < 2 or len(arrays) > len(names) or any(a is None for a in arrays):
+        msg = f"to_graph_json: {kind} expected inputs {', '.join(names)} (the last optional), got {len(inputs)}"
+        raise ValueError(msg)
+    attrs = dict(op.attrs)
+    tensors: list[LogicalTensor] = []
+    code: Optional[str] = None
+    ws_input: Optional[list[int]] = None
+    for i, (name, a) in enumerate(zip(names, arrays)):
+        assert a is not None
+        if name == "weights_shape":
+            ws_input = [int(v) for v in np.ravel(a)]
+            tensors.append(LogicalTensor(i, "s32", [len(ws_input)], [1]))
+            continue
+        c = dtypes.code_of(a.dtype)
+        if c is None or (code is not None and c != code):
+            msg = f"to_graph_json: {kind} argument '{name}' expected dtype {dtypes.expected_names()} like the other inputs, got {a.dtype}"
+            raise TypeError(msg)
+        code = c
+        tensors.append(_tensor_of(a, i, c))
+    assert code is not None
+    if kind == "ConvTransposeBackwardWeights":
+        ws = ws_input if ws_input is not None else attrs.get("weights_shape")
+        if ws is None:
+            msg = f"to_graph_json: {kind} weights_shape expected as input 2 or as the attribute, got neither"
+            raise ValueError(msg)
+        attrs["weights_shape"] = tuple(int(v) for v in ws)
+    spatial = arrays[0].ndim - 2  # type: ignore[union-attr]
+    out_shape = expected_output_shape(kind, attrs, [tuple(a.shape) for a in arrays])  # type: ignore[union-attr]
+    output = LogicalTensor(len(tensors), code, list(out_shape), dense_strides(out_shape))
+    from .. import _core
+
+    v = _core.version()
+    graph_op = GraphOp(0, f"{kind}_0", kind, library_attrs(kind, attrs, spatial), tensors, [output])
+    return Graph([graph_op], version=f"{v['major']}.{v['minor']}.{v['patch']}")
+
+
+def to_graph_json(op: Any, *inputs: Any, indent: Optional[int] = 2) -> str:
+    """The oneDNN graph JSON of the call ``op(*inputs)``, for benchdnn or this runner.
+
+    Written in the library's spelling with every attribute: lists with one entry per
+    spatial dim, ``auto_pad`` as ``"None"``/``"SAME_UPPER"``/..., both formats,
+    ``output_padding`` for ConvTranspose and the resolved ``weights_shape`` for
+    ConvTransposeBackwardWeights (a ``weights_shape`` input is written as a third, s32
+    input as well, its values in the attribute since the format holds no data). An
+    ``output_padding`` given to a backward op is only checked by this package and is not a
+    library attribute, so it is not written. The legacy ConvTransposeBackpropFilters is
+    written as the ConvTransposeBackwardWeights that computes it.
+
+    Args:
+        op: an op object (``onednn_convt.ConvTranspose(...)``, ...).
+        *inputs: the arrays of the call, in the op's input order (NumPy arrays in the
+            op's layouts: activations NXC/NCX, weights XOI/IOX).
+        indent: JSON indentation (None: one line).
+
+    Returns:
+        The JSON text (a single-op graph; input tensor ids 0.., the output's id after them).
+
+    Raises:
+        TypeError: not an op object, or unsupported/mixed dtypes.
+        ValueError: wrong number of inputs, list attributes of the wrong length, or shapes
+            for which the output shape cannot be computed.
+    """
+    return dumps(graph_of_call(op, *inputs), indent=indent)
+
+
+def case_graph_json(case: Any, indent: Optional[int] = 2) -> str:
+    """The graph JSON of a runnable :class:`~onednn_convt.conformance.cases.Case`, with its
+    overrides applied (to hand a failing case to oneDNN's tools)."""
+    import onednn_convt
+
+    from ..dtypes import FLOAT_DTYPES, SHAPE_DTYPE
+    from .fill import place
+
+    if case.status is not None or case.kind is None:
+        msg = f"case_graph_json: the case is {case.status}: {case.reason}"
+        raise ValueError(msg)
+    op = getattr(onednn_convt, case.kind)(**case.attrs)
+    arrays = [
+        np.asarray(t.values, SHAPE_DTYPE) if t.role == "weights_shape"
+        else place(np.zeros(t.shape), FLOAT_DTYPES[t.dtype], t.order)
+        for t in case.inputs
+    ]
+    return to_graph_json(op, *arrays, indent=indent)
