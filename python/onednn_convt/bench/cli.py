@@ -1,0 +1,221 @@
+"""``onednn-convt bench``: time the ops against the native loop, PyTorch and the reference.
+
+Examples::
+
+    onednn-convt bench                         # models suite, every op, dtype and format
+    onednn-convt bench --suite tiny --quick
+    onednn-convt bench --suite models --skip-slow --ops fwd --dtypes f32 --formats NXC
+    onednn-convt bench --compare benchmarks/results/models.json
+
+Progress goes to stderr; the table, the targets and the comparison to stdout; CSV, JSON and
+(with matplotlib) a PNG chart to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from . import peers, report, runner, suites, timing
+
+
+def _list(choices: Sequence[str], aliases: Optional[dict[str, str]] = None) -> Any:
+    def parse(text: str) -> list[str]:
+        items = []
+        for item in text.replace(" ", "").split(","):
+            item = (aliases or {}).get(item, item)
+            if item not in choices:
+                msg = f"expected a comma-separated list of {', '.join(choices)}, got {item!r}"
+                raise argparse.ArgumentTypeError(msg)
+            if item not in items:
+                items.append(item)
+        return items
+
+    return parse
+
+
+def _positive(kind: Any) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value <= 0:
+            msg = f"expected a positive {kind.__name__}, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``onednn-convt bench``."""
+    parser.description = __doc__.split("\n\n")[0]
+    parser.add_argument("--suite", type=_list(tuple(suites.SUITES)), default=["models"],
+                        help="suites to run, comma-separated: models (default), tiny, sweep")
+    parser.add_argument("--ops", type=_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS),
+                        help="fwd,bwd_d,bwd_w (or the op class names); default all")
+    parser.add_argument("--dtypes", type=_list(suites.DTYPES), default=list(suites.DTYPES),
+                        help="f32,bf16,f16; default all")
+    parser.add_argument("--formats", type=_list(suites.FORMATS), default=list(suites.FORMATS),
+                        help="NCX,NXC (data_format; weights IOX with NCX, XOI with NXC); default both")
+    parser.add_argument("--layers", type=lambda s: [x for x in s.split(",") if x], default=None,
+                        help="only these layers (names as in the table), comma-separated")
+    parser.add_argument("--skip-slow", action="store_true",
+                        help="leave out layers marked slow (the inverse-STFT-like layer)")
+    parser.add_argument("--threads", type=_positive(int), default=None,
+                        help="threads for oneDNN (OpenMP) and PyTorch alike; default: all CPUs")
+    parser.add_argument("--repeat", type=_positive(int), default=None,
+                        help="samples per measurement (default 15, 5 with --quick)")
+    parser.add_argument("--budget", type=_positive(float), default=None,
+                        help="seconds per measurement, about (default 1.0, 0.05 with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="few, short samples and a small peak measurement: a smoke run")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="directory for the CSV, JSON and PNG files (default ./bench-results)")
+    parser.add_argument("--name", default=None,
+                        help="base name of the result files (default: the suite names)")
+    parser.add_argument("--compare", type=Path, default=None, metavar="OLD.json",
+                        help="print speed-ups against an earlier run's JSON file")
+    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                        help="before each configuration, wait up to SECONDS for other processes to go "
+                             "quiet (a shared machine); default 0")
+    parser.add_argument("--no-torch", action="store_true", help="do not compare with PyTorch")
+    parser.add_argument("--no-reference", action="store_true", help="do not time the NumPy reference")
+    parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
+
+
+def set_threads(n: int) -> Optional[int]:
+    """Use ``n`` threads in oneDNN (OpenMP: OMP_NUM_THREADS and omp_set_num_threads) and in
+    PyTorch; returns OpenMP's thread count afterwards (None if libgomp cannot be reached)."""
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    try:
+        gomp = ctypes.CDLL("libgomp.so.1")
+        gomp.omp_set_num_threads(ctypes.c_int(n))
+        got: Optional[int] = int(gomp.omp_get_max_threads())
+    except OSError:
+        got = None
+    peers.torch_set_threads(n)
+    return got
+
+
+def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[str, Any]:
+    from ..info import info
+
+    i = info()
+    torch = peers.torch_module() if not args.no_torch else None
+    cpu_model = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu_model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu_model)
+    except OSError:
+        pass
+    return {
+        **{k: i[k] for k in ("onednn_version", "onednn_commit", "libdnnl", "cpu_runtime", "cpu_isa")},
+        "dtype_support": {dt: i["dtypes"]["ConvTranspose"][dt] for dt in suites.DTYPES},
+        "threads": threads, "omp_threads": omp,
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        **(peers.torch_versions() if not args.no_torch else {"torch": None, "torch_onednn": None}),
+        "cpus": timing.cpu_count(), "cpu_model": cpu_model,
+        "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "argv": sys.argv[1:],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen suites; print the table and targets; write the files."""
+    quick = args.quick
+    threads = args.threads or timing.cpu_count()
+    omp = set_threads(threads)
+    opts = runner.Options(
+        repeat=args.repeat or (5 if quick else 15),
+        budget=args.budget or (0.05 if quick else 1.0),
+        torch=not args.no_torch,
+        reference=not args.no_reference,
+        wait_idle=max(0.0, args.wait_idle),
+    )
+    old = report.read_json(args.compare) if args.compare else None
+    configs = [c for s in args.suite for c in suites.configs(
+        s, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers)]
+    if not configs:
+        print("bench: no configuration matches the options", file=sys.stderr)
+        return 2
+
+    meta = _meta(args, threads, omp)
+    for line in report.header_lines(meta, None):
+        print(line)
+    print(f"measuring the peak ({'quick' if quick else 'full'})...", file=sys.stderr, flush=True)
+    if opts.wait_idle > 0:
+        timing.wait_for_quiet(opts.wait_idle)
+    monitor = timing.LoadMonitor()
+    peak = measure_peak_for(quick)
+    peak["others_cpu"] = monitor.others()
+    print(report.header_lines(meta, peak)[-1], flush=True)
+
+    records = []
+    start = time.perf_counter()
+    width = len(str(len(configs)))
+    for i, cfg in enumerate(configs, 1):
+        print(f"[{i:>{width}}/{len(configs)}] {cfg.key} ({cfg.layer.describe()}) ...",
+              end="", file=sys.stderr, flush=True)
+        rec = runner.run_config(cfg, opts, peak)
+        records.append(rec)
+        print(" " + _progress(rec) + f"  [{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
+
+    print()
+    print(report.text_table(records))
+    print()
+    print(report.LEGEND)
+    busy = [r["others_cpu"] for r in records if r.get("others_cpu") is not None]
+    if busy and max(busy) > 0.2:
+        print(f"\nWARNING: other processes used up to {max(busy):.1f} CPUs during this run "
+              f"({sum(b > 0.2 for b in busy)} of {len(busy)} configurations above 0.2, column 'busy'); "
+              "those timings are slower and noisier than the machine can do (see --wait-idle).")
+    items = report.targets(records)
+    print()
+    print("Targets (issue 4):")
+    print(report.targets_text(items))
+    if old is not None:
+        print()
+        print(report.compare(old, records))
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = args.name or "-".join(args.suite)
+    doc = {"meta": meta, "peak": peak, "options": vars(opts), "elapsed_s": time.perf_counter() - start,
+           "results": records, "targets": items}
+    report.write_json(doc, args.out / f"{base}.json")
+    report.write_csv(records, args.out / f"{base}.csv")
+    (args.out / f"{base}.md").write_text(
+        "\n".join(report.header_lines(meta, peak)) + "\n\n" + report.markdown_table(records) + "\n\n"
+        + report.LEGEND + "\n\n" + report.targets_text(items) + "\n"
+    )
+    written = [f"{base}.json", f"{base}.csv", f"{base}.md"]
+    if not args.no_chart and report.chart(records, args.out / f"{base}.png"):
+        written.append(f"{base}.png")
+    print(f"\nwrote {', '.join(str(args.out / w) for w in written)}", file=sys.stderr)
+    return 1 if any(r.get("error") for r in records) else 0
+
+
+def measure_peak_for(quick: bool) -> dict[str, Any]:
+    """The peak measurement, smaller with --quick."""
+    from .peak import measure_peak
+
+    return measure_peak(size=512, samples=3, budget=0.2) if quick else measure_peak()
+
+
+def _progress(rec: dict[str, Any]) -> str:
+    if rec.get("error"):
+        return "ERROR " + rec["error"]
+    text = f"{rec['median_ms']:.3g} ms, {rec['gflops']:.3g} GFLOP/s, compile {rec['compile_ms']:.3g} ms"
+    if rec.get("torch_ms") is not None:
+        text += f", torch {rec['torch_ms']:.3g} ms ({rec['vs_torch']:.2f}x)"
+    if runner.flagged(rec):
+        text += f", REFERENCE ERROR {rec['ref_err']:.1e}"
+    return text

@@ -1,0 +1,190 @@
+"""What our call is measured against: the native loop, PyTorch and the NumPy reference.
+
+* Native loop: ``CompiledOp.time_loop`` runs the compiled oneDNN partition of the op's last
+  plan in a C++ loop with no Python between calls. Our call time minus this time is the
+  binding's overhead per call. Two cases time less than the whole op, and the report says
+  so in its ``native`` note: for emulated dtypes (bf16/f16 without native kernels) the
+  loop times the f32 kernel only, without the conversions to and from f32; for the MatMul
+  lowering of large 1-D kernels it times the MatMul only, without the overlap-add.
+* PyTorch (optional): ``torch.nn.functional.conv_transpose{1,2,3}d`` for ``fwd`` and
+  ``torch.ops.aten.convolution_backward`` (transposed=True) for the gradients, in the same
+  dtype, with the same thread count. NXC is PyTorch's channels_last (channels_last_3d in
+  3-D; in 1-D, which has no channels_last format, a channels-last strided view), and the
+  weights are converted to the same memory format, as ``module.to(memory_format=...)`` does.
+* NumPy reference (:mod:`onednn_convt.reference`, float64): on small shapes only; it also
+  gives the error of our result.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .. import reference
+from .suites import Case, Config
+from .timing import BatchRunner
+
+#: the reference runs on configurations with at most this many FLOPs
+REF_MAX_FLOPS = 1e8
+
+
+# -- native loop --------------------------------------------------------------------------
+def native_runner(case: Case) -> tuple[BatchRunner, str]:
+    """A batch runner over the compiled partition of ``case.op``'s last plan, and a note.
+
+    The op must have been called on ``case.args`` before.
+    """
+    plan = case.op.last_plan
+    if plan is None:
+        msg = "bench: the op has not run yet, so it has no compiled partition to loop over"
+        raise ValueError(msg)
+    low = plan.lowering
+    arrays = list(case.args) + [None] * (len(case.op.input_names) - len(case.args))
+    args = low.library_args(arrays, plan.emulated)
+    if plan.fixers:
+        args = [f(a) if f else a for f, a in zip(plan.fixers, args)]
+    shape = low.library_shape if low.finish is not None else low.out_shape
+    dtype = np.float32 if plan.emulated else plan.dtype
+    out = np.empty(shape, dtype)
+    compiled = plan.compiled
+    notes = []
+    if plan.emulated:
+        notes.append("f32 kernel only (no conversions)")
+    if low.finish is not None:
+        notes.append(f"{low.kind} only (no finishing step)")
+
+    def run(k: int) -> float:
+        return float(compiled.time_loop(args, out, k))
+
+    return run, "; ".join(notes)
+
+
+# -- PyTorch ------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def torch_module() -> Any:
+    """The ``torch`` module, or None if it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def torch_versions() -> dict[str, Optional[str]]:
+    """PyTorch's version and the oneDNN version it bundles (None when not installed)."""
+    torch = torch_module()
+    if torch is None:
+        return {"torch": None, "torch_onednn": None}
+    m = re.search(r"MKL-DNN v([0-9.]+)", torch.__config__.show())
+    return {"torch": torch.__version__, "torch_onednn": m.group(1) if m else None}
+
+
+def torch_set_threads(n: int) -> None:
+    """Set PyTorch's intra-op thread count, if PyTorch is installed."""
+    torch = torch_module()
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def _torch_dtype(torch: Any, code: str) -> Any:
+    return {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[code]
+
+
+def torch_call(case: Case) -> Optional[Callable[[], Any]]:
+    """A callable running the configuration in PyTorch, or None if PyTorch is not installed.
+
+    The callable returns the PyTorch result as a NumPy float32 array in the config's
+    data_format when called with ``as_numpy=True``.
+    """
+    torch = torch_module()
+    if torch is None:
+        return None
+    cfg: Config = case.config
+    lay = cfg.layer
+    rank = len(lay.spatial)
+    dt = _torch_dtype(torch, cfg.dtype)
+    nxc = cfg.data_format == "NXC"
+    fmt = {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank)
+
+    def activation(a: np.ndarray) -> Any:
+        t = torch.from_numpy(np.asarray(a, dtype=np.float32)).to(dt)
+        if not nxc:
+            return t.contiguous()
+        t = t.movedim(-1, 1)  # a channels-last strided view, (N, C, X...)
+        return t.contiguous(memory_format=fmt) if fmt is not None else t
+
+    def weights(a: np.ndarray) -> Any:
+        w = np.asarray(a, dtype=np.float32)
+        if cfg.weights_format == "XOI":  # (X..., O, I) -> (I, O, X...)
+            w = np.moveaxis(w, (-1, -2), (0, 1))
+        t = torch.from_numpy(np.ascontiguousarray(w)).to(dt)
+        return t.contiguous(memory_format=fmt) if nxc and fmt is not None else t
+
+    stride, pad = [lay.stride] * rank, [lay.pad] * rank
+    dilation, out_pad = [1] * rank, [0] * rank
+    conv = {1: torch.nn.functional.conv_transpose1d, 2: torch.nn.functional.conv_transpose2d,
+            3: torch.nn.functional.conv_transpose3d}[rank]
+    backward = torch.ops.aten.convolution_backward
+
+    src_shape = cfg.activation_shape(lay.ic, lay.spatial)
+    if cfg.op == "fwd":
+        x, w = activation(case.args[0]), weights(case.args[1])
+
+        def call() -> Any:
+            return conv(x, w, None, stride, pad, out_pad, lay.groups, dilation)
+
+    elif cfg.op == "bwd_d":
+        dd, w = activation(case.args[0]), weights(case.args[1])
+        x = activation(np.zeros(src_shape, np.float32))  # only its shape and format are read
+
+        def call() -> Any:
+            return backward(dd, x, w, None, stride, pad, dilation, True, out_pad, lay.groups,
+                            [True, False, False])[0]
+
+    else:
+        x, dd = activation(case.args[0]), activation(case.args[1])
+        w = weights(np.zeros(cfg.weights_shape, np.float32))
+
+        def call() -> Any:
+            return backward(dd, x, w, None, stride, pad, dilation, True, out_pad, lay.groups,
+                            [False, True, False])[1]
+
+    def run(as_numpy: bool = False) -> Any:
+        with torch.inference_mode():
+            r = call()
+        if not as_numpy:
+            return r
+        r = r.float().contiguous().numpy()
+        if cfg.op == "bwd_w":
+            return np.moveaxis(r, (0, 1), (-1, -2)) if cfg.weights_format == "XOI" else r
+        return np.moveaxis(r, 1, -1) if nxc else r
+
+    return run
+
+
+# -- NumPy reference ----------------------------------------------------------------------
+def reference_call(case: Case) -> Optional[Callable[[], np.ndarray]]:
+    """A callable computing the configuration with :mod:`onednn_convt.reference` (float64),
+    or None when the configuration is larger than :data:`REF_MAX_FLOPS`."""
+    cfg = case.config
+    if cfg.flops > REF_MAX_FLOPS:
+        return None
+    args = case.f32_args()
+    attrs = cfg.attrs()
+    if cfg.op == "fwd":
+        return lambda: reference.conv_transpose(args[0], args[1], **attrs)
+    if cfg.op == "bwd_d":
+        return lambda: reference.conv_transpose_backward_data(args[0], args[1], **attrs)
+    return lambda: reference.conv_transpose_backward_weights(args[0], args[1], cfg.weights_shape, **attrs)
+
+
+def relative_error(result: np.ndarray, expected: np.ndarray) -> float:
+    """max |result - expected| / max |expected| (0 when both are all zero)."""
+    r = np.asarray(result, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    scale = float(np.max(np.abs(e))) if e.size else 0.0
+    diff = float(np.max(np.abs(r - e))) if e.size else 0.0
+    return diff / scale if scale else diff

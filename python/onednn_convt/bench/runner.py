@@ -1,0 +1,178 @@
+"""Measure one configuration: our call, the native loop, PyTorch, the reference, memory, cache.
+
+Order per configuration: the compile cache is cleared and the peak-RSS mark reset; the
+first call is timed (it compiles); then our call (allocating its result, as PyTorch
+does), our call with ``out=``, and the native loop are timed; the cache counters and peak
+RSS are read; tracemalloc measures the bytes allocated per call; then PyTorch and, on small
+shapes, the reference run. A short pause separates the runners, so one OpenMP pool's
+spinning threads do not slow the next.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from ..info import cache_info, clear_cache
+from . import peers, timing
+from .peak import peak_for
+from .suites import Config
+
+
+@dataclass
+class Options:
+    """How much effort each measurement gets.
+
+    Attributes:
+        repeat: samples per measurement.
+        budget: seconds per measurement, about.
+        torch: compare with PyTorch when it is installed.
+        reference: time the NumPy reference on small shapes.
+        memory: measure tracemalloc bytes per call.
+        wait_idle: before each configuration, wait up to this many seconds for other
+            processes to leave the CPUs alone.
+    """
+
+    repeat: int = 15
+    budget: float = 1.0
+    torch: bool = True
+    reference: bool = True
+    memory: bool = True
+    wait_idle: float = 0.0
+
+
+def _ms(t: Optional[timing.Timing]) -> Optional[float]:
+    return None if t is None else t.median * 1e3
+
+
+def run_config(cfg: Config, opts: Options, peak: dict[str, Any]) -> dict[str, Any]:
+    """Measure one configuration; returns a flat record (times in ms unless named otherwise).
+
+    Failures are recorded in ``error`` rather than raised, so one bad configuration does
+    not end a run.
+    """
+    lay = cfg.layer
+    rec: dict[str, Any] = {
+        "key": cfg.key, "suite": cfg.suite, "layer": lay.name, "op": cfg.op, "dtype": cfg.dtype,
+        "format": cfg.data_format, "weights_format": cfg.weights_format, "shape": lay.describe(),
+        "flops": cfg.flops, "compute_bound": lay.compute_bound,
+        "sweep_axis": lay.sweep[0] if lay.sweep else None, "sweep_value": lay.sweep[1] if lay.sweep else None,
+    }
+    if opts.wait_idle > 0:
+        timing.wait_for_quiet(opts.wait_idle)
+    try:
+        _measure_ours(cfg, opts, peak, rec)
+    except Exception as e:  # noqa: BLE001 - reported per configuration
+        rec["error"] = f"{type(e).__name__}: {e}"
+    return rec
+
+
+def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[str, Any]) -> None:
+    case = cfg.build()
+    op, args = case.op, case.args
+    monitor = timing.LoadMonitor()
+
+    clear_cache()
+    c0 = cache_info()
+    timing.reset_peak_rss()
+    rss_before, _ = timing.rss_bytes()
+    start = time.perf_counter()
+    result = op(*args)
+    first = time.perf_counter() - start
+    c1 = cache_info()
+    out = np.empty_like(result)
+    op(*args, out=out)
+    c2 = cache_info()
+    plan = op.last_plan
+    rec["lowering"] = op.lowering
+    rec["emulated"] = bool(plan.emulated)
+    rec["first_call_ms"] = first * 1e3
+    rec["compile_misses"] = c1["misses"] - c0["misses"]
+
+    ours = timing.measure(timing.python_runner(lambda: op(*args)), opts.repeat, opts.budget)
+    ours_out = timing.measure(timing.python_runner(lambda: op(*args, out=out)), opts.repeat, opts.budget)
+    run_native, note = peers.native_runner(case)
+    native = timing.measure(run_native, opts.repeat, opts.budget)
+    c3 = cache_info()
+    _, rss_peak = timing.rss_bytes()
+
+    rec["compile_ms"] = max(0.0, first - ours.median) * 1e3
+    rec["median_ms"] = ours.median * 1e3
+    rec["iqr_ms"] = ours.iqr * 1e3
+    rec["best_ms"] = ours.best * 1e3
+    rec["samples"] = ours.samples
+    rec["out_median_ms"] = ours_out.median * 1e3
+    rec["native_ms"] = native.median * 1e3
+    rec["native_best_ms"] = native.best * 1e3
+    rec["native_note"] = note
+    rec["overhead_us"] = (ours_out.median - native.median) * 1e6
+    gflops = cfg.flops / ours.median / 1e9
+    rec["gflops"] = gflops
+    rec["pct_peak"] = 100.0 * gflops / peak_for(peak, cfg.dtype) if peak else None
+    rec["repeat_misses"] = c3["misses"] - c1["misses"]
+    rec["repeat_hits"] = c3["hits"] - c1["hits"]
+    rec["plan_compiles"] = c2["misses"] - c1["misses"]
+    rec["rss_peak_mb"] = None if rss_peak is None else rss_peak / 2**20
+    rec["rss_growth_mb"] = None if rss_peak is None or rss_before is None else (rss_peak - rss_before) / 2**20
+    if opts.memory:
+        rec["alloc_bytes"] = timing.allocated_per_call(lambda: op(*args))
+        rec["alloc_out_bytes"] = timing.allocated_per_call(lambda: op(*args, out=out))
+
+    if opts.torch:
+        _measure_torch(case, opts, result, rec)
+    if opts.reference:
+        _measure_reference(case, opts, result, rec)
+    rec["others_cpu"] = monitor.others()
+
+
+def _measure_torch(case: Any, opts: Options, ours: np.ndarray, rec: dict[str, Any]) -> None:
+    call = peers.torch_call(case)
+    if call is None:
+        return
+    timing.settle()
+    try:
+        start = time.perf_counter()
+        call()  # PyTorch creates its primitives here
+        first = time.perf_counter() - start
+        once = None
+        if first > 2 * opts.budget:  # too slow to sample: one more call is the figure
+            start = time.perf_counter()
+            call()
+            once = time.perf_counter() - start
+        t = timing.measure(timing.python_runner(call), opts.repeat, opts.budget, once=once)
+        rec["torch_err"] = peers.relative_error(call(True), ours)
+    except RuntimeError as e:  # e.g. a dtype PyTorch has no CPU kernel for
+        rec["torch_error"] = str(e).splitlines()[0][:200]
+        return
+    finally:
+        timing.settle()
+    rec["torch_ms"] = t.median * 1e3
+    rec["torch_iqr_ms"] = t.iqr * 1e3
+    rec["torch_best_ms"] = t.best * 1e3
+    rec["vs_torch"] = t.median / (rec["median_ms"] / 1e3)
+
+
+def _measure_reference(case: Any, opts: Options, ours: np.ndarray, rec: dict[str, Any]) -> None:
+    call = peers.reference_call(case)
+    if call is None:
+        return
+    start = time.perf_counter()
+    expected = call()
+    first = time.perf_counter() - start
+    t = timing.measure(timing.python_runner(call), max(1, opts.repeat // 3), opts.budget / 2, once=first)
+    rec["ref_ms"] = t.median * 1e3
+    rec["ref_err"] = peers.relative_error(ours, expected)
+
+
+#: relative error above which a result is flagged (per dtype: about 2**-mantissa_bits * 16)
+TOLERANCE = {"f32": 1e-4, "bf16": 3e-2, "f16": 4e-3}
+
+
+def flagged(rec: dict[str, Any]) -> bool:
+    """Whether the reference error of a record is above the dtype's tolerance."""
+    err = rec.get("ref_err")
+    return err is not None and not math.isnan(err) and err > TOLERANCE[rec["dtype"]]

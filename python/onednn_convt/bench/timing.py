@@ -1,0 +1,236 @@
+"""Steady-state timing: median and interquartile range of batched samples.
+
+A call is first timed once (after one warm-up call). Each sample then runs a batch of
+calls sized so that ``repeat`` samples fill about ``budget`` seconds, and records the mean
+time per call of its batch; short calls are batched so that the clock's resolution and the
+loop around them do not matter. Sampling stops after ``repeat`` samples, or earlier once
+the budget is spent and 3 samples are in. A call slower than twice the budget is timed once.
+The garbage collector is off while sampling.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
+
+#: a batch runner: run the operation ``k`` times, return the seconds taken
+BatchRunner = Callable[[int], float]
+
+_MIN_SAMPLES = 3
+_MAX_BATCH = 1_000_000
+
+
+@dataclass
+class Timing:
+    """Seconds per call.
+
+    Attributes:
+        median: median over samples.
+        q1: first quartile.
+        q3: third quartile.
+        samples: number of samples.
+        batch: calls per sample.
+        best: the fastest sample (less sensitive to other load on the machine).
+    """
+
+    median: float
+    q1: float
+    q3: float
+    samples: int
+    batch: int
+    best: float
+
+    @property
+    def iqr(self) -> float:
+        """Interquartile range, seconds."""
+        return self.q3 - self.q1
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def python_runner(fn: Callable[[], Any]) -> BatchRunner:
+    """A batch runner over a Python callable, timed with ``time.perf_counter``."""
+
+    def run(k: int) -> float:
+        f = fn
+        start = time.perf_counter()
+        for _ in range(k):
+            f()
+        return time.perf_counter() - start
+
+    return run
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(q1, median, q3) of ``values`` (inclusive method; one value gives it three times)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, med, q3
+
+
+def measure(run: BatchRunner, repeat: int, budget: float, once: Optional[float] = None) -> Timing:
+    """Time an operation.
+
+    Args:
+        run: batch runner (see :func:`python_runner`).
+        repeat: the number of samples wanted (>= 1).
+        budget: seconds to spend, about; at least 3 samples are taken unless a single call
+            takes longer than twice the budget.
+        once: the time of one call if already known (then no warm-up call is made).
+
+    Returns:
+        the timing per call.
+    """
+    repeat = max(1, int(repeat))
+    if once is None:
+        run(1)  # warm-up
+        once = run(1)
+    if once > 2 * budget:
+        return Timing(once, once, once, 1, 1, once)
+    per_sample = budget / repeat
+    batch = int(min(_MAX_BATCH, max(1, round(per_sample / max(once, 1e-9)))))
+    samples: list[float] = []
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        while len(samples) < repeat:
+            samples.append(run(batch) / batch)
+            if len(samples) >= _MIN_SAMPLES and time.perf_counter() - start > budget:
+                break
+    finally:
+        if enabled:
+            gc.enable()
+    q1, med, q3 = quartiles(samples)
+    return Timing(med, q1, q3, len(samples), batch, min(samples))
+
+
+def settle(seconds: float = 0.05) -> None:
+    """Sleep briefly so that OpenMP worker threads of the previous runner stop spinning."""
+    time.sleep(seconds)
+
+
+# -- memory -------------------------------------------------------------------------------
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark of this process (Linux ``clear_refs``); False if not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def rss_bytes() -> tuple[Optional[int], Optional[int]]:
+    """(current RSS, peak RSS since the last reset) in bytes, from ``/proc/self/status``.
+
+    Falls back to ``resource.getrusage`` (process-lifetime peak, no current) elsewhere.
+    """
+    try:
+        values = {}
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    name, kb = line.split()[:2]
+                    values[name] = int(kb) * 1024
+        return values.get("VmRSS:"), values.get("VmHWM:")
+    except OSError:
+        try:
+            import resource
+
+            return None, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        except ImportError:  # pragma: no cover - not POSIX
+            return None, None
+
+
+def allocated_per_call(fn: Callable[[], Any], calls: int = 3) -> int:
+    """Bytes allocated during one call that tracemalloc sees (Python objects and NumPy buffers).
+
+    Measured as the peak traced memory during the call minus the traced memory before it,
+    so a returned array counts; the smallest over ``calls`` calls is returned. Memory
+    oneDNN allocates itself (its scratchpad) goes through C++ and is not included.
+    """
+    import tracemalloc
+
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    try:
+        fn()
+        best: Optional[int] = None
+        for _ in range(max(1, calls)):
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            result = fn()
+            peak = tracemalloc.get_traced_memory()[1]
+            del result
+            best = peak - before if best is None else min(best, peak - before)
+        return max(0, best or 0)
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+
+
+class LoadMonitor:
+    """CPU time used by other processes, in CPUs on average, between two readings.
+
+    Linux only (``/proc/stat``); elsewhere :meth:`others` returns None. A busy machine makes
+    timings slower and noisier; the report shows this figure per configuration.
+    """
+
+    def __init__(self) -> None:
+        self._start = self._read()
+
+    @staticmethod
+    def _read() -> Optional[tuple[float, float, float]]:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        busy = (sum(fields[:8]) - idle) / hz  # user..steal, no guest (already in user)
+        t = os.times()
+        return busy, t.user + t.system, time.monotonic()
+
+    def restart(self) -> None:
+        self._start = self._read()
+
+    def others(self) -> Optional[float]:
+        """CPUs busy with other processes since the start (or last restart), on average."""
+        end = self._read()
+        if self._start is None or end is None:
+            return None
+        busy = end[0] - self._start[0]
+        mine = end[1] - self._start[1]
+        wall = end[2] - self._start[2]
+        return max(0.0, (busy - mine) / wall) if wall > 0 else None
+
+
+def wait_for_quiet(limit: float, threshold: float = 0.15, probe: float = 0.5) -> Optional[float]:
+    """Wait up to ``limit`` seconds until other processes use less than ``threshold`` CPUs.
+
+    Returns the last load seen (None where it cannot be read).
+    """
+    deadline = time.monotonic() + limit
+    while True:
+        mon = LoadMonitor()
+        time.sleep(probe)
+        load = mon.others()
+        if load is None or load < threshold or time.monotonic() >= deadline:
+            return load
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
