@@ -162,6 +162,8 @@ def header_lines(meta: dict[str, Any], peak: Optional[dict[str, Any]]) -> list[s
             f"peak (oneDNN MatMul {peak['size']}^3): f32 {peak['f32_gflops']:.1f} GFLOP/s, "
             f"bf16 {peak['bf16_gflops']:.1f} ({peak['bf16_source']}), f16 {peak['f16_gflops']:.1f} "
             f"({peak['f16_source']}); NumPy matmul f32 {peak['numpy_f32_gflops']:.1f}"
+            + (f"; other processes used {peak['others_cpu']:.1f} CPUs meanwhile"
+               if peak.get("others_cpu") is not None else "")
         )
     return lines
 

@@ -1,0 +1,150 @@
+"""The benchmark harness (``onednn-convt bench``): a quick tiny run produces a table, CSV,
+JSON and Markdown that agree with each other, and the values that are not timings hold
+(no recompiles, results match the reference and PyTorch). Timings are never asserted."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+from onednn_convt.bench import report, runner, suites
+from onednn_convt.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("bench")
+    import contextlib
+    import io
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--out", str(out),
+                     "--name", "run"])
+    return {"code": code, "out": out, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
+
+
+def test_run_succeeds_and_writes_files(tiny_run: dict) -> None:
+    assert tiny_run["code"] == 0, tiny_run["stdout"] + tiny_run["stderr"]
+    for ext in ("json", "csv", "md"):
+        assert (tiny_run["out"] / f"run.{ext}").stat().st_size > 0
+    png = tiny_run["out"] / "run.png"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert not png.exists()
+    else:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_configuration_in_table_csv_and_json(tiny_run: dict) -> None:
+    doc = json.loads((tiny_run["out"] / "run.json").read_text())
+    expected = {c.key for c in suites.configs("tiny")}
+    assert len(expected) == 3 * 3 * 2
+    results = doc["results"]
+    assert {r["key"] for r in results} == expected
+    assert not [r for r in results if r.get("error")]
+
+    with open(tiny_run["out"] / "run.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["key"] for row in rows] == [r["key"] for r in results]
+    for row, r in zip(rows, results):
+        assert float(row["median_ms"]) == pytest.approx(r["median_ms"], rel=1e-12)
+        assert float(row["gflops"]) == pytest.approx(r["gflops"], rel=1e-12)
+
+    table = [ln.split() for ln in tiny_run["stdout"].splitlines()]
+    for r in results:
+        line = [r["layer"], r["op"], r["dtype"], r["format"]]
+        assert any(cells[:4] == line for cells in table), line
+    md = (tiny_run["out"] / "run.md").read_text()
+    assert md.count("\n| tiny ") == len(results)
+    assert "oneDNN " + doc["meta"]["onednn_version"] in tiny_run["stdout"]
+
+
+def test_derived_figures_are_consistent(tiny_run: dict) -> None:
+    results = json.loads((tiny_run["out"] / "run.json").read_text())["results"]
+    for r in results:
+        assert r["flops"] == 2 * 1 * 4 * 3 * 25 * 9
+        assert r["gflops"] == pytest.approx(r["flops"] / r["median_ms"] / 1e6)
+        assert r["overhead_us"] == pytest.approx((r["out_median_ms"] - r["native_ms"]) * 1e3)
+        assert r["emulated"] == (r["dtype"] != "f32" and r["lowering"].endswith("(f32 emulation)"))
+        if r.get("torch_ms") is not None:
+            assert r["vs_torch"] == pytest.approx(r["torch_ms"] / r["median_ms"])
+
+
+def test_no_recompile_and_no_allocation_with_out(tiny_run: dict) -> None:
+    results = json.loads((tiny_run["out"] / "run.json").read_text())["results"]
+    for r in results:
+        assert r["compile_misses"] >= 1, r["key"]  # the first call compiled (cache cleared)
+        assert r["repeat_misses"] == 0, r["key"]
+        if not r["emulated"]:
+            assert r["alloc_out_bytes"] <= 1024, r["key"]
+            # without out= the result is allocated: at least its size is traced
+            assert r["alloc_bytes"] >= 4 * 3 * 7 * 7 or r["op"] == "bwd_w"
+
+
+def test_results_match_reference_and_torch(tiny_run: dict) -> None:
+    results = json.loads((tiny_run["out"] / "run.json").read_text())["results"]
+    for r in results:
+        assert r["ref_err"] <= runner.TOLERANCE[r["dtype"]], r["key"]
+        if r.get("torch_err") is not None:  # PyTorch computes the same thing we time
+            assert r["torch_err"] <= 2 * runner.TOLERANCE[r["dtype"]], r["key"]
+
+
+def test_targets_listed(tiny_run: dict) -> None:
+    doc = json.loads((tiny_run["out"] / "run.json").read_text())
+    assert [t["id"] for t in doc["targets"]] == [1, 2, 3, 4, 5, 6]
+    by_id = {t["id"]: t for t in doc["targets"]}
+    assert by_id[1]["met"] is None and by_id[3]["met"] is None  # models suite not run
+    assert by_id[6]["met"] is True  # no recompiles, out= allocation-free (not a timing)
+    for t in doc["targets"]:
+        assert f"{t['id']}. {t['target']}" in tiny_run["stdout"]
+
+
+def test_compare_with_itself(tiny_run: dict) -> None:
+    doc = report.read_json(tiny_run["out"] / "run.json")
+    text = report.compare(doc, doc["results"])
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(doc["results"]) + 1
+    assert all(ln.endswith(" 1.00x") for ln in lines[1:-1])
+    assert lines[-1].startswith("geomean speed-up 1.00x over 18")
+
+
+def test_compare_rejects_other_json(tmp_path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text('{"a": 1}')
+    with pytest.raises(ValueError, match="--compare"):
+        report.read_json(bad)
+
+
+def test_models_suite_is_the_issue_list() -> None:
+    lays = {lay.name: lay for lay in suites.layers("models")}
+    assert set(lays) == {"dcgan1", "dcgan2", "unet", "conv3d", "hifigan", "depthwise", "istft"}
+    d = lays["dcgan1"]
+    assert (d.n, d.ic, d.oc, d.spatial, d.kernel, d.stride, d.pad) == (16, 512, 256, (4, 4), (4, 4), 2, 1)
+    assert lays["depthwise"].groups == 128
+    s = lays["istft"]
+    assert s.slow and (s.ic, s.oc, s.spatial, s.kernel, s.stride) == (1026, 1, (224,), (1024,), 256)
+    assert s.flops == 2 * 1026 * 224 * 1024
+    assert len(suites.configs("models")) == 7 * 3 * 3 * 2
+    assert "istft" not in {c.layer.name for c in suites.configs("models", skip_slow=True)}
+    sweep = suites.layers("sweep")
+    assert {lay.sweep[0] for lay in sweep} == {"n", "c", "x"}
+    assert len({(lay.n, lay.ic, lay.spatial) for lay in sweep}) == len(sweep)
+
+
+@pytest.mark.parametrize("argv", [["--suite", "huge"], ["--ops", "fwd,nope"], ["--threads", "0"],
+                                  ["--dtypes", "f64"]])
+def test_bad_options_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["bench", *argv])
+    assert e.value.code == 2
+    assert "expected" in capsys.readouterr().err
+
+
+def test_geomean_helper() -> None:
+    assert report._geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert math.isclose(report._geomean([1.0]), 1.0)
