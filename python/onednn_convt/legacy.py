@@ -48,13 +48,28 @@ class ConvTransposeBackpropFilters:
             msg = f"{self.op_name}: attribute 'filter_format' expected XIO or OIX, got {filter_format!r}"
             raise ValueError(msg)
         weights_format, self._axes = _FORMATS[filter_format]
+        if filter_shape is not None and not (
+            hasattr(filter_shape, "__len__") and 3 <= len(filter_shape) <= 5 and not isinstance(filter_shape, str)
+        ):
+            msg = f"{self.op_name}: attribute 'filter_shape' expected a list of 3 to 5 ints, got {filter_shape!r}"
+            raise (ValueError if hasattr(filter_shape, "__len__") else TypeError)(msg)
         weights_shape = None if filter_shape is None else _swap(list(filter_shape), self._axes)
         self.filter_format = filter_format
-        self._op = ConvTransposeBackwardWeights(
-            strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
-            auto_pad=auto_pad, output_padding=output_padding, groups=groups,
-            data_format=data_format, weights_format=weights_format, weights_shape=weights_shape,
-            strict=strict,
+        try:
+            self._op = ConvTransposeBackwardWeights(
+                strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
+                auto_pad=auto_pad, output_padding=output_padding, groups=groups,
+                data_format=data_format, weights_format=weights_format, weights_shape=weights_shape,
+                strict=strict,
+            )
+        except (ValueError, TypeError) as e:
+            raise self._renamed(e) from e
+
+    def _renamed(self, e: Exception) -> Exception:
+        """``e`` of the ConvTransposeBackwardWeights that does the work, naming this op."""
+        return type(e)(
+            f"{self.op_name}: {e} (computed as ConvTransposeBackwardWeights: src = input_forward, "
+            "diff_dst = output_delta, weights_shape = filter_shape with its channel axes swapped)"
         )
 
     def __call__(
@@ -69,11 +84,20 @@ class ConvTransposeBackpropFilters:
                 msg = f"{self.op_name}: argument 'filter_shape' expected a 1-D integer array, got shape {shape.shape}"
                 raise ValueError(msg)
             shape = np.asarray(_swap(shape.tolist(), self._axes), dtype=shape.dtype)
-        result = self._op(input_forward, output_delta, shape).swapaxes(*self._axes)
+        if out is not None and not isinstance(out, np.ndarray):
+            msg = f"{self.op_name}: argument 'out' expected a NumPy array, got {type(out).__name__}"
+            raise TypeError(msg)
+        try:
+            result = self._op(input_forward, output_delta, shape).swapaxes(*self._axes)
+        except (ValueError, TypeError) as e:
+            raise self._renamed(e) from e
         if out is None:
             return np.ascontiguousarray(result)
-        if out.shape != result.shape or out.dtype != result.dtype:
-            msg = f"{self.op_name}: argument 'out' expected shape {result.shape} and dtype {result.dtype}, got {out.shape} {out.dtype}"
+        if out.dtype != result.dtype:
+            msg = f"{self.op_name}: argument 'out' expected dtype {result.dtype}, got {out.dtype}"
+            raise TypeError(msg)
+        if out.shape != result.shape or not out.flags.writeable:
+            msg = f"{self.op_name}: argument 'out' expected a writeable array of shape {result.shape}, got {out.shape}"
             raise ValueError(msg)
         np.copyto(out, result)
         return out
