@@ -8,12 +8,11 @@ BackwardData honours it (D9).
 from __future__ import annotations
 
 import numpy as np
+import onednn_convt as oc
 import pytest
+from helpers import EPS, Config, configs, inner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import onednn_convt as oc
-from helpers import EPS, Config, configs, inner
 
 
 def check_adjoint(cfg: Config, seed: int) -> None:
@@ -26,7 +25,7 @@ def check_adjoint(cfg: Config, seed: int) -> None:
     a, b, c = inner(fwd, y), inner(x, bwd_d), inner(w, bwd_w)
     # Each side is a sum of f32 products accumulated in f32 inside the op: bound the error by
     # the reduction length times f32 epsilon, relative to the Cauchy-Schwarz scale.
-    norm = lambda v: float(np.linalg.norm(np.asarray(v, np.float64)))  # noqa: E731
+    norm = lambda v: float(np.linalg.norm(np.asarray(v, np.float64)))
     scale = max(norm(fwd) * norm(y), norm(x) * norm(bwd_d), norm(w) * norm(bwd_w), 1e-30)
     reduction = max(cfg.fwd_reduction, cfg.bwd_data_reduction, cfg.bwd_weights_reduction)
     tol = 8 * reduction * EPS["f32"] * scale

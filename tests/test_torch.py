@@ -10,9 +10,8 @@ sees the same map. Skipped when torch is not installed.
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 import onednn_convt as oc
+import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
 
 torch = pytest.importorskip("torch")
