@@ -223,7 +223,11 @@ class _Op:
         ):
             msg = f"{self.op_name}: argument '{name}' expected a NumPy array, got {type(x).__name__}"
             raise TypeError(msg)
-        return np.asarray(x)
+        try:
+            return np.asarray(x)
+        except (ValueError, TypeError) as e:  # e.g. a ragged nested list
+            msg = f"{self.op_name}: argument '{name}' expected a NumPy array, got a {type(x).__name__} NumPy cannot convert ({e})"
+            raise TypeError(msg) from None
 
     # -- planning -------------------------------------------------------------------------
     def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> _Plan:

@@ -74,6 +74,8 @@ def _check_int_list(op: str, a: Attribute, value: Any) -> int | tuple[int, ...]:
         result: int | tuple[int, ...] = int(value)
     else:
         try:
+            if isinstance(value, (Mapping, set, frozenset)):  # keys / no order: not a list
+                raise TypeError
             items = tuple(value)
         except TypeError:
             msg = f"{op}: attribute '{a.name}' expected an int or a list of ints, got {value!r}"
