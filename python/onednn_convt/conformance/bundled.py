@@ -186,6 +186,7 @@ EXTRA = [
     ("fwd_2d_depthwise", "--in-shapes=0:1x5x5x8+1:8x1x2x2 --op-attrs=0:strides:3x2*pads_begin:0x1*pads_end:2x0"),
     ("bwd_d_2d", "--in-shapes=0:2x5x6x7x4+1:6x4x3x2x2 --op-attrs=0:strides:1x2x3*dilations:1x2x1*pads_begin:1x1x0*pads_end:0x0x1"),
     ("bwd_d_1d", "--mb=1"),
+    ("bwd_d_3d", "--in-shapes=0:1x4x5x6x5*acdeb+1:4x2x2x3x2*cdeab"),
     ("bwd_w_1d", "--mb=3"),
     ("bwd_w_1d", "--op-attrs=0:groups:1*weights_shape:4x6x3"),
     ("bwd_w_2d_depthwise", "--in-shapes=0:2x6x4x4*acdb+1:2x6x4x4*acdb"),

@@ -386,7 +386,7 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
         value = attr.value
         if name == "groups" and isinstance(value, list):
             value = value[0]
-        if attr.type == "s64[]":
+        elif attr.type == "s64[]":
             value = _per_dim_value(op.kind, name, value, spatial)
         attrs[name] = value
     ws_values: Optional[tuple[int, ...]] = None
@@ -406,6 +406,8 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
         out_shape: Optional[tuple[int, ...]] = expected_output_shape(op.kind, attrs, input_shapes)
     except (ValueError, IndexError, TypeError):
         out_shape = None  # the call reports why
+    if out_shape is not None and min(out_shape, default=0) < 1:
+        out_shape = None  # likewise
     if out_shape is not None and not ov.reshapes and out_t.known_shape and tuple(out_t.shape) != out_shape:
         raise CaseError(
             INVALID,
