@@ -11,7 +11,6 @@ import pytest
 from onednn_convt.conformance.cases import INVALID, SKIPPED, expected_output_shape
 from onednn_convt.conformance.harness import parse_text
 from onednn_convt.conformance.runner import PASSED, run_case
-
 from test_conformance_harness import BASE
 
 
@@ -20,7 +19,14 @@ def tensor(tid: int, shape: list[int], dtype: str = "f32") -> dict[str, Any]:
     for n in reversed(shape):
         stride.insert(0, step)
         step *= n
-    return {"id": tid, "dtype": dtype, "shape": shape, "stride": stride, "layout_type": "strided", "property_type": "undef"}
+    return {
+        "id": tid,
+        "dtype": dtype,
+        "shape": shape,
+        "stride": stride,
+        "layout_type": "strided",
+        "property_type": "undef",
+    }
 
 
 def bwd_w_graph(**changes: Any) -> dict[str, Any]:
@@ -62,10 +68,22 @@ def test_base_case_passes(tmp_path: Path) -> None:
         ('{"version": "3.2.0"}', "missing key 'graph'"),
         (edit(lambda op: op.pop("kind")), "missing key 'kind'"),
         (edit(lambda op: op["inputs"][0].pop("shape")), "inputs[0]: missing key 'shape'"),
-        (edit(lambda op: op["inputs"][0].update(shape=[1, "4", 3, 3])), "expected a list of integers"),
-        (edit(lambda op: op["attrs"].update(groups={"value": 1, "type": "s64"})), "'type' must be the first key"),
-        (edit(lambda op: op["attrs"].update(groups={"type": "int", "value": 1})), "unknown type 'int'"),
-        (edit(lambda op: op["attrs"].update(groups={"type": "s64", "value": "1"})), "of type s64 has value '1'"),
+        (
+            edit(lambda op: op["inputs"][0].update(shape=[1, "4", 3, 3])),
+            "expected a list of integers",
+        ),
+        (
+            edit(lambda op: op["attrs"].update(groups={"value": 1, "type": "s64"})),
+            "'type' must be the first key",
+        ),
+        (
+            edit(lambda op: op["attrs"].update(groups={"type": "int", "value": 1})),
+            "unknown type 'int'",
+        ),
+        (
+            edit(lambda op: op["attrs"].update(groups={"type": "s64", "value": "1"})),
+            "of type s64 has value '1'",
+        ),
     ],
 )
 def test_malformed_json_is_invalid(tmp_path: Path, graph: Any, reason: str) -> None:
@@ -78,31 +96,67 @@ def test_malformed_json_is_invalid(tmp_path: Path, graph: Any, reason: str) -> N
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (lambda op: op.update(kind="ConvTransposeFoo"), "unknown op kind 'ConvTransposeFoo' (not a oneDNN Graph op)"),
+        (
+            lambda op: op.update(kind="ConvTransposeFoo"),
+            "unknown op kind 'ConvTransposeFoo' (not a oneDNN Graph op)",
+        ),
         (lambda op: op["attrs"].pop("strides"), "missing required attribute(s) strides"),
         (lambda op: op["attrs"].pop("dilations"), "missing required attribute(s) dilations"),
-        (lambda op: op["attrs"].update(weights_shape={"type": "s64[]", "value": [1]}),
-         "attribute 'weights_shape' is not defined for ConvTranspose"),
-        (lambda op: op["attrs"].update(strides={"type": "s64", "value": 2}), "attribute 'strides' expected type s64[], got s64"),
-        (lambda op: op["attrs"].update(auto_pad={"type": "string", "value": "same_upper"}),
-         "attribute 'auto_pad' is 'same_upper'; the library accepts exactly None, SAME_UPPER, SAME_LOWER, VALID"),
-        (lambda op: op["attrs"].update(weights_format={"type": "string", "value": "OIX"}), "a Convolution format"),
+        (
+            lambda op: op["attrs"].update(weights_shape={"type": "s64[]", "value": [1]}),
+            "attribute 'weights_shape' is not defined for ConvTranspose",
+        ),
+        (
+            lambda op: op["attrs"].update(strides={"type": "s64", "value": 2}),
+            "attribute 'strides' expected type s64[], got s64",
+        ),
+        (
+            lambda op: op["attrs"].update(auto_pad={"type": "string", "value": "same_upper"}),
+            "attribute 'auto_pad' is 'same_upper'; the library accepts exactly None, SAME_UPPER, SAME_LOWER, VALID",
+        ),
+        (
+            lambda op: op["attrs"].update(weights_format={"type": "string", "value": "OIX"}),
+            "a Convolution format",
+        ),
         (lambda op: op["inputs"].pop(), "ConvTranspose expected 2 or 3 inputs"),
-        (lambda op: op["inputs"][1].update(dtype="s8"), "weights has dtype s8; ConvTranspose takes f32, bf16 or f16"),
-        (lambda op: op["inputs"][1].update(dtype="bf16"), "must have one dtype, got src=f32, weights=bf16, dst=f32"),
-        (lambda op: op["inputs"][0].update(shape=[1, 4, -(2**63), 3]), "input 0 (src) has an unknown shape"),
-        (lambda op: op["outputs"][0].update(shape=[1, 2, 8, 8]),
-         "output 2 has shape [1, 2, 8, 8] in the JSON; the inputs and attributes give [1, 2, 7, 7]"),
+        (
+            lambda op: op["inputs"][1].update(dtype="s8"),
+            "weights has dtype s8; ConvTranspose takes f32, bf16 or f16",
+        ),
+        (
+            lambda op: op["inputs"][1].update(dtype="bf16"),
+            "must have one dtype, got src=f32, weights=bf16, dst=f32",
+        ),
+        (
+            lambda op: op["inputs"][0].update(shape=[1, 4, -(2**63), 3]),
+            "input 0 (src) has an unknown shape",
+        ),
+        (
+            lambda op: op["outputs"][0].update(shape=[1, 2, 8, 8]),
+            "output 2 has shape [1, 2, 8, 8] in the JSON; the inputs and attributes give [1, 2, 7, 7]",
+        ),
         # shapes the op refuses: its ValueError is the reason
-        (lambda op: op["inputs"][1].update(shape=[3, 2, 3, 3]), "'weights' has I = 3 (IOX), expected the channel count of 'src', 4"),
-        (lambda op: op["attrs"].update(output_padding={"type": "s64[]", "value": [2, 0]}),
-         "'output_padding' expected < stride, got 2 >= 2"),
-        (lambda op: op["attrs"].update(pads_end={"type": "s64[]", "value": [9, 9]}), "pads crop more than the output"),
-        (lambda op: op["attrs"].update(strides={"type": "s64[]", "value": [2, 2, 2]}),
-         "attribute 'strides' expected 2 entries (one per spatial dim), got [2, 2, 2]"),
+        (
+            lambda op: op["inputs"][1].update(shape=[3, 2, 3, 3]),
+            "'weights' has I = 3 (IOX), expected the channel count of 'src', 4",
+        ),
+        (
+            lambda op: op["attrs"].update(output_padding={"type": "s64[]", "value": [2, 0]}),
+            "'output_padding' expected < stride, got 2 >= 2",
+        ),
+        (
+            lambda op: op["attrs"].update(pads_end={"type": "s64[]", "value": [9, 9]}),
+            "pads crop more than the output",
+        ),
+        (
+            lambda op: op["attrs"].update(strides={"type": "s64[]", "value": [2, 2, 2]}),
+            "attribute 'strides' expected 2 entries (one per spatial dim), got [2, 2, 2]",
+        ),
     ],
 )
-def test_spec_violations_are_invalid(tmp_path: Path, change: Callable[[dict[str, Any]], None], reason: str) -> None:
+def test_spec_violations_are_invalid(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None], reason: str
+) -> None:
     graph = edit(change)
     if "outputs" not in reason and "output 2" not in reason:  # keep the JSON output consistent
         graph["graph"][0]["outputs"][0]["shape"] = [-(2**63)] * 4
@@ -137,7 +191,9 @@ def test_other_graphs_are_skipped_with_the_reason(tmp_path: Path) -> None:
     two = copy.deepcopy(BASE)
     two["graph"].append({**copy.deepcopy(BASE["graph"][0]), "id": 1, "kind": "ReLU"})
     result = run_json(tmp_path, two)
-    assert result.outcome == SKIPPED and "the graph has 2 ops (ConvTranspose, ReLU)" in result.message
+    assert (
+        result.outcome == SKIPPED and "the graph has 2 ops (ConvTranspose, ReLU)" in result.message
+    )
     empty = {**BASE, "graph": []}
     assert run_json(tmp_path, empty).outcome == INVALID
 
@@ -183,15 +239,41 @@ def test_max_ndims_lists_are_cut_to_the_spatial_rank(tmp_path: Path) -> None:
 
 
 def test_expected_output_shape_follows_the_spec() -> None:
-    attrs = dict(strides=(2, 3), dilations=(1, 2), pads_begin=(1, 0), pads_end=(0, 2), output_padding=(1, 2),
-                 groups=2, data_format="NCX", weights_format="IOX")
+    attrs = dict(
+        strides=(2, 3),
+        dilations=(1, 2),
+        pads_begin=(1, 0),
+        pads_end=(0, 2),
+        output_padding=(1, 2),
+        groups=2,
+        data_format="NCX",
+        weights_format="IOX",
+    )
     # dst = s*(x-1) + d*(k-1)+1 - pb - pe + op
     assert expected_output_shape("ConvTranspose", attrs, [(1, 4, 5, 6), (4, 3, 3, 2)]) == (
-        1, 6, 2 * 4 + 3 - 1 + 1, 3 * 5 + 3 - 2 + 2,
+        1,
+        6,
+        2 * 4 + 3 - 1 + 1,
+        3 * 5 + 3 - 2 + 2,
     )
-    same = dict(attrs, auto_pad="same_upper", output_padding=0, data_format="NXC", weights_format="XOI")
-    assert expected_output_shape("ConvTranspose", same, [(1, 5, 6, 4), (3, 2, 3, 4)]) == (1, 10, 18, 6)
-    bwd = dict(strides=2, dilations=2, pads_begin=1, pads_end=0, data_format="NCX", weights_format="XOI")
+    same = dict(
+        attrs, auto_pad="same_upper", output_padding=0, data_format="NXC", weights_format="XOI"
+    )
+    assert expected_output_shape("ConvTranspose", same, [(1, 5, 6, 4), (3, 2, 3, 4)]) == (
+        1,
+        10,
+        18,
+        6,
+    )
+    bwd = dict(
+        strides=2, dilations=2, pads_begin=1, pads_end=0, data_format="NCX", weights_format="XOI"
+    )
     # diff_src = floor((y + pb + pe - ek) / s) + 1
-    assert expected_output_shape("ConvTransposeBackwardData", bwd, [(2, 6, 12), (3, 3, 4)]) == (2, 4, (12 + 1 - 5) // 2 + 1)
-    assert expected_output_shape("ConvTransposeBackwardWeights", {"weights_shape": [4, 3, 3]}, []) == (4, 3, 3)
+    assert expected_output_shape("ConvTransposeBackwardData", bwd, [(2, 6, 12), (3, 3, 4)]) == (
+        2,
+        4,
+        (12 + 1 - 5) // 2 + 1,
+    )
+    assert expected_output_shape(
+        "ConvTransposeBackwardWeights", {"weights_shape": [4, 3, 3]}, []
+    ) == (4, 3, 3)

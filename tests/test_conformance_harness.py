@@ -22,28 +22,55 @@ from onednn_convt.conformance.harness import (
 ONEDNN = str(Path(__file__).resolve().parents[2] / "shared" / "conformance" / "onednn")
 needs_onednn_files = pytest.mark.skipif(not os.path.isdir(ONEDNN), reason=f"{ONEDNN} not present")
 BASE = {
-    "version": "3.2.0", "engine_kind": "cpu", "fpmath_mode": "strict",
-    "graph": [{
-        "id": 0, "name": "d", "kind": "ConvTranspose",
-        "attrs": {
-            "strides": {"type": "s64[]", "value": [2, 2]},
-            "pads_begin": {"type": "s64[]", "value": [0, 0]},
-            "pads_end": {"type": "s64[]", "value": [0, 0]},
-            "dilations": {"type": "s64[]", "value": [1, 1]},
-            "auto_pad": {"type": "string", "value": "None"},
-            "groups": {"type": "s64", "value": 1},
-            "data_format": {"type": "string", "value": "NCX"},
-            "weights_format": {"type": "string", "value": "IOX"},
-            "output_padding": {"type": "s64[]", "value": [0] * 12},
-        },
-        "inputs": [
-            {"id": 0, "dtype": "f32", "shape": [1, 4, 3, 3], "stride": [36, 9, 3, 1], "layout_type": "strided", "property_type": "undef"},
-            {"id": 1, "dtype": "f32", "shape": [4, 2, 3, 3], "stride": [18, 9, 3, 1], "layout_type": "strided", "property_type": "undef"},
-        ],
-        "outputs": [
-            {"id": 2, "dtype": "f32", "shape": [1, 2, 7, 7], "stride": [98, 49, 7, 1], "layout_type": "strided", "property_type": "undef"},
-        ],
-    }],
+    "version": "3.2.0",
+    "engine_kind": "cpu",
+    "fpmath_mode": "strict",
+    "graph": [
+        {
+            "id": 0,
+            "name": "d",
+            "kind": "ConvTranspose",
+            "attrs": {
+                "strides": {"type": "s64[]", "value": [2, 2]},
+                "pads_begin": {"type": "s64[]", "value": [0, 0]},
+                "pads_end": {"type": "s64[]", "value": [0, 0]},
+                "dilations": {"type": "s64[]", "value": [1, 1]},
+                "auto_pad": {"type": "string", "value": "None"},
+                "groups": {"type": "s64", "value": 1},
+                "data_format": {"type": "string", "value": "NCX"},
+                "weights_format": {"type": "string", "value": "IOX"},
+                "output_padding": {"type": "s64[]", "value": [0] * 12},
+            },
+            "inputs": [
+                {
+                    "id": 0,
+                    "dtype": "f32",
+                    "shape": [1, 4, 3, 3],
+                    "stride": [36, 9, 3, 1],
+                    "layout_type": "strided",
+                    "property_type": "undef",
+                },
+                {
+                    "id": 1,
+                    "dtype": "f32",
+                    "shape": [4, 2, 3, 3],
+                    "stride": [18, 9, 3, 1],
+                    "layout_type": "strided",
+                    "property_type": "undef",
+                },
+            ],
+            "outputs": [
+                {
+                    "id": 2,
+                    "dtype": "f32",
+                    "shape": [1, 2, 7, 7],
+                    "stride": [98, 49, 7, 1],
+                    "layout_type": "strided",
+                    "property_type": "undef",
+                },
+            ],
+        }
+    ],
 }
 
 
@@ -82,12 +109,17 @@ def test_parse_op_attrs_forms() -> None:
     assert parse_op_attrs("0:strides:1x1*dilations:2x2*groups:4") == (
         (0, (("strides", "1x1"), ("dilations", "2x2"), ("groups", "4"))),
     )
-    assert parse_op_attrs("0:groups:2+1:groups:3") == ((0, (("groups", "2"),)), (1, (("groups", "3"),)))
+    assert parse_op_attrs("0:groups:2+1:groups:3") == (
+        (0, (("groups", "2"),)),
+        (1, (("groups", "3"),)),
+    )
     # a repeated attribute keeps its last value
     assert parse_op_attrs("0:groups:2*groups:3") == ((0, (("groups", "3"),)),)
 
 
-@pytest.mark.parametrize("bad", ["auto_pad:VALID", "0:auto_pad", "0:", "a:groups:1", "0:groups:1*strides"])
+@pytest.mark.parametrize(
+    "bad", ["auto_pad:VALID", "0:auto_pad", "0:", "a:groups:1", "0:groups:1*strides"]
+)
 def test_parse_op_attrs_errors(bad: str) -> None:
     with pytest.raises(HarnessSyntaxError, match="--op-attrs"):
         parse_op_attrs(bad)
@@ -127,7 +159,10 @@ def test_sweeps_are_nested_loops(case_dir: Path) -> None:
     assert len(cases) == 2 * 2 * 2 * 3
     assert cases[0].id == "--reset --dt=f32 --mb=0 --op-attrs=0:auto_pad:VALID --case=op/fwd.json"
     assert cases[1].id == "--reset --dt=f32 --mb=0 --case=op/fwd.json"  # empty element: unmodified
-    assert cases[-1].id == "--reset --dt=f16 --mb=3 --in-shapes=0:1x4x5x5 --op-attrs=0:groups:1 --case=op/fwd.json"
+    assert (
+        cases[-1].id
+        == "--reset --dt=f16 --mb=3 --in-shapes=0:1x4x5x5 --op-attrs=0:groups:1 --case=op/fwd.json"
+    )
     assert len(set(lines_of(cases))) == len(cases)
     last = cases[-1]
     assert last.inputs[0].shape == (3, 4, 5, 5)  # --mb wins over --in-shapes
@@ -186,12 +221,17 @@ def test_case_path_lookup(case_dir: Path, tmp_path_factory: pytest.TempPathFacto
 
 def test_batch_includes_another_file(case_dir: Path) -> None:
     (case_dir / "inner").write_text("--case=op/fwd.json\n")
-    cases = parse_text("--reset --dt=f16 --batch=inner --reset --batch=inner", base_dir=str(case_dir))
+    cases = parse_text(
+        "--reset --dt=f16 --batch=inner --reset --batch=inner", base_dir=str(case_dir)
+    )
     assert lines_of(cases) == ["--reset --dt=f16 --case=op/fwd.json", "--reset --case=op/fwd.json"]
 
 
 def test_ignored_benchdnn_options_stay_in_the_line(case_dir: Path) -> None:
-    [case] = parse_text("--graph --reset --engine=cpu --attr-fpmath=bf16 -v5 --case=op/fwd.json", base_dir=str(case_dir))
+    [case] = parse_text(
+        "--graph --reset --engine=cpu --attr-fpmath=bf16 -v5 --case=op/fwd.json",
+        base_dir=str(case_dir),
+    )
     assert case.status is None
     assert case.id == "--reset --engine=cpu --attr-fpmath=bf16 -v5 --case=op/fwd.json"
 
@@ -206,7 +246,11 @@ def test_syntax_errors_make_following_cases_invalid(case_dir: Path) -> None:
     assert a.status == b.status == INVALID
     assert "h:1: --op-attrs: 'strides' in '0:strides' expected NAME:VALUE" in a.reason
     assert ok.status is None
-    assert tail.status == INVALID and "unknown option '--bogus=1'" in tail.reason and tail.location == "h:3"
+    assert (
+        tail.status == INVALID
+        and "unknown option '--bogus=1'" in tail.reason
+        and tail.location == "h:3"
+    )
 
 
 def test_unbalanced_quote_is_reported(case_dir: Path) -> None:
@@ -216,7 +260,13 @@ def test_unbalanced_quote_is_reported(case_dir: Path) -> None:
 
 @needs_onednn_files
 def test_onednn_harness_files_parse_unmodified() -> None:
-    expected = {"harness_f32": 37, "harness_bf16": 21, "harness_f16": 21, "harness_bf16_v3.2": 21, "harness_f16_v3.2": 21}
+    expected = {
+        "harness_f32": 37,
+        "harness_bf16": 21,
+        "harness_f16": 21,
+        "harness_bf16_v3.2": 21,
+        "harness_f16_v3.2": 21,
+    }
     for name, count in expected.items():
         path = os.path.join(ONEDNN, name)
         with open(path) as f:
@@ -232,7 +282,9 @@ def test_directories_are_searched_for_json_and_harness_files(case_dir: Path) -> 
     (case_dir / "harness_a").write_text("--reset --case=op/fwd.json\n")
     (case_dir / "notes.txt").write_text("not a case\n")
     cases = collect([str(case_dir)])
-    assert sorted(c.location for c in cases) == sorted([f"{case_dir}/harness_a:1", f"{case_dir}/op/fwd.json"])
+    assert sorted(c.location for c in cases) == sorted(
+        [f"{case_dir}/harness_a:1", f"{case_dir}/op/fwd.json"]
+    )
     json_case = next(c for c in cases if c.location.endswith(".json"))
     assert json_case.id == "--reset --case=op/fwd.json" and json_case.root == str(case_dir)
     with pytest.raises(FileNotFoundError, match="no such file"):
@@ -240,7 +292,9 @@ def test_directories_are_searched_for_json_and_harness_files(case_dir: Path) -> 
 
 
 def test_lines_given_directly(case_dir: Path) -> None:
-    [case] = collect(lines=["--reset --op-attrs=0:auto_pad:VALID --case=op/fwd.json"], cases_root=str(case_dir))
+    [case] = collect(
+        lines=["--reset --op-attrs=0:auto_pad:VALID --case=op/fwd.json"], cases_root=str(case_dir)
+    )
     assert case.status is None and case.attrs["auto_pad"] == "VALID"
     assert "--cases-root" in case.repro() and "--line" in case.repro()
 

@@ -12,7 +12,7 @@ from test_conformance_harness import BASE
 
 PLUGIN = "onednn_convt.conformance.pytest_plugin"
 
-BROKEN_CONFTEST = '''
+BROKEN_CONFTEST = """
 import onednn_convt
 
 class OffByOne(onednn_convt.ConvTranspose):
@@ -22,14 +22,17 @@ class OffByOne(onednn_convt.ConvTranspose):
         return out
 
 onednn_convt.ConvTranspose = OffByOne
-'''
+"""
 
 
 def pytest_run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """pytest in a clean directory (no project config), the plugin loaded explicitly."""
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -48,7 +51,9 @@ def test_cases_become_items_named_by_their_line(tmp_path: Path) -> None:
     out = proc.stdout
     assert "harness_x::--reset --case=fwd.json PASSED" in out
     assert "harness_x::--reset --op-attrs=0:auto_pad:SAME_UPPER --case=fwd.json PASSED" in out
-    assert "harness_x::--reset --case=fwd.json (line 3) PASSED" in out  # a repeated line stays distinct
+    assert (
+        "harness_x::--reset --case=fwd.json (line 3) PASSED" in out
+    )  # a repeated line stays distinct
     assert "INVALID: --op-attrs: no attribute 'no_such' in op 0" in out
     assert "test_unrelated" not in out  # only the cases: no test paths were given
     assert out.splitlines()[-1].startswith("=") and "1 failed, 4 passed" in out.splitlines()[-1]

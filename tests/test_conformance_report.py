@@ -15,7 +15,6 @@ from onednn_convt.cli import main
 from onednn_convt.conformance.cases import collect
 from onednn_convt.conformance.report import Reporter, summary_line, tally
 from onednn_convt.conformance.runner import run_cases
-
 from test_conformance_harness import BASE
 from test_conformance_runner import OffByOne
 
@@ -43,13 +42,23 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[s
     return code, capsys.readouterr().out.splitlines()
 
 
-def test_summary_line_and_exit_status(mixed: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    assert summary_line({"passed": 3, "failed": 1, "skipped": 2, "errors": 0}) == "3 passed, 1 failed, 2 skipped"
-    assert summary_line({"passed": 0, "failed": 0, "skipped": 0, "errors": 4}) == "0 passed, 0 failed, 0 skipped, 4 errors"
+def test_summary_line_and_exit_status(
+    mixed: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (
+        summary_line({"passed": 3, "failed": 1, "skipped": 2, "errors": 0})
+        == "3 passed, 1 failed, 2 skipped"
+    )
+    assert (
+        summary_line({"passed": 0, "failed": 0, "skipped": 0, "errors": 4})
+        == "0 passed, 0 failed, 0 skipped, 4 errors"
+    )
     code, out = run_cli(capsys, str(mixed))
     assert code == 1  # an INVALID case is an error
     assert out[-1] == "2 passed, 0 failed, 1 skipped, 1 errors"
-    assert len([line for line in out if line.startswith(("PASSED", "SKIPPED", "INVALID"))]) == 4  # one line per case
+    assert (
+        len([line for line in out if line.startswith(("PASSED", "SKIPPED", "INVALID"))]) == 4
+    )  # one line per case
     code, out = run_cli(capsys, str(mixed), "-k", "fwd.json")
     assert code == 0 and out[-1] == "2 passed, 0 failed, 0 skipped"
     monkeypatch.setattr(onednn_convt, "ConvTranspose", OffByOne)
@@ -57,7 +66,9 @@ def test_summary_line_and_exit_status(mixed: Path, capsys: pytest.CaptureFixture
     assert code == 1 and out[-1] == "0 passed, 1 failed, 0 skipped"
 
 
-def test_junit_xml_and_json_counts_match(mixed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_junit_xml_and_json_counts_match(
+    mixed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(onednn_convt, "ConvTranspose", OffByOne)
     xml_path, json_path = tmp_path / "r.xml", tmp_path / "r.json"
     code, out = run_cli(capsys, str(mixed), "--junit-xml", str(xml_path), "--json", str(json_path))
@@ -68,16 +79,35 @@ def test_junit_xml_and_json_counts_match(mixed: Path, tmp_path: Path, capsys: py
     cases = suite.findall("testcase")
     assert len(cases) == int(suite.get("tests")) == 4
     for tag, attr in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
-        assert sum(1 for c in cases if c.find(tag) is not None) == int(suite.get(attr)) == int(root.get(attr))
-    assert cases[0].get("name") == "--reset --case=fwd.json" and cases[0].get("classname") == str(mixed).replace("/", ".").strip(".")
+        assert (
+            sum(1 for c in cases if c.find(tag) is not None)
+            == int(suite.get(attr))
+            == int(root.get(attr))
+        )
+    assert cases[0].get("name") == "--reset --case=fwd.json" and cases[0].get("classname") == str(
+        mixed
+    ).replace("/", ".").strip(".")
     failure = cases[0].find("failure")
-    assert "elements differ" in failure.get("message") and "repro: onednn-convt conformance" in failure.text
+    assert (
+        "elements differ" in failure.get("message")
+        and "repro: onednn-convt conformance" in failure.text
+    )
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert props["onednn_version"] == onednn_convt.info()["onednn_version"]
     report = json.loads(json_path.read_text())
-    assert report["summary"] == {**report["summary"], "passed": 0, "failed": 2, "skipped": 1, "errors": 1, "total": 4}
+    assert report["summary"] == {
+        **report["summary"],
+        "passed": 0,
+        "failed": 2,
+        "skipped": 1,
+        "errors": 1,
+        "total": 4,
+    }
     assert [c["outcome"] for c in report["cases"]] == ["FAILED", "FAILED", "SKIPPED", "INVALID"]
-    assert report["cases"][1]["dtype"] == "f16" and report["cases"][1]["details"]["emulated"] in (True, False)
+    assert report["cases"][1]["dtype"] == "f16" and report["cases"][1]["details"]["emulated"] in (
+        True,
+        False,
+    )
 
 
 def test_unsupported_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,7 +118,15 @@ def test_unsupported_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     code, out = run_cli(capsys, "--cases-root", str(tmp_path), "--line", line, "--strict-dtypes")
     assert code == 0 and out[-1] == "0 passed, 0 failed, 1 skipped"
     assert out[0].startswith("UNSUPPORTED")
-    code, out = run_cli(capsys, "--cases-root", str(tmp_path), "--line", line, "--strict-dtypes", "--fail-on-unsupported")
+    code, out = run_cli(
+        capsys,
+        "--cases-root",
+        str(tmp_path),
+        "--line",
+        line,
+        "--strict-dtypes",
+        "--fail-on-unsupported",
+    )
     assert code == 1 and out[-1] == "0 passed, 1 failed, 0 skipped"
 
 
@@ -135,7 +173,9 @@ def test_progress_bar_on_a_terminal(mixed: Path) -> None:
     assert counts == tally(results)
 
 
-def test_dump_failures_writes_loadable_cases(mixed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dump_failures_writes_loadable_cases(
+    mixed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(onednn_convt, "ConvTranspose", OffByOne)
     out_dir = tmp_path / "failures"
     code, out = run_cli(capsys, str(mixed), "-k", "f16", "--dump-failures", str(out_dir))

@@ -17,9 +17,16 @@ from onednn_convt.cli import main
 from onednn_convt.conformance import fill
 from onednn_convt.conformance.cases import collect
 from onednn_convt.conformance.harness import parse_text
-from onednn_convt.conformance.runner import ERROR, FAILED, PASSED, UNSUPPORTED, compare, run_case, run_cases
+from onednn_convt.conformance.runner import (
+    ERROR,
+    FAILED,
+    PASSED,
+    UNSUPPORTED,
+    compare,
+    run_case,
+    run_cases,
+)
 from onednn_convt.errors import OneDNNError
-
 from test_conformance_harness import BASE, ONEDNN, needs_onednn_files
 
 
@@ -46,7 +53,9 @@ class OffByOne(onednn_convt.ConvTranspose):
         return out
 
 
-def test_broken_op_is_failed_with_the_worst_element(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_broken_op_is_failed_with_the_worst_element(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     case = base_case(tmp_path)
     assert run_case(case).outcome == PASSED
     monkeypatch.setattr(onednn_convt, "ConvTranspose", OffByOne)
@@ -65,7 +74,9 @@ def test_failure_is_reported_with_a_repro_command_that_reproduces_it(
 ) -> None:
     (tmp_path / "fwd.json").write_text(json.dumps(BASE))
     harness = tmp_path / "harness_x"
-    harness.write_text("--reset --case=fwd.json\n--reset --op-attrs=0:auto_pad:VALID --case=fwd.json\n")
+    harness.write_text(
+        "--reset --case=fwd.json\n--reset --op-attrs=0:auto_pad:VALID --case=fwd.json\n"
+    )
     monkeypatch.setattr(onednn_convt, "ConvTranspose", OffByOne)
     assert main(["conformance", str(harness)]) == 1
     out = capsys.readouterr().out.splitlines()
@@ -82,12 +93,16 @@ def test_failure_is_reported_with_a_repro_command_that_reproduces_it(
     assert main(argv[1:]) == 0  # and passes once the op is fixed
 
 
-def test_op_ignoring_an_attribute_is_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_op_ignoring_an_attribute_is_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     class NoDilation(onednn_convt.ConvTransposeBackwardData):
         def __init__(self, **attrs: Any) -> None:
             super().__init__(**{**attrs, "dilations": 1})
 
-    suite = os.path.join(os.path.dirname(onednn_convt.__file__), "conformance", "suite", "cases", "bwd_d_1d.json")
+    suite = os.path.join(
+        os.path.dirname(onednn_convt.__file__), "conformance", "suite", "cases", "bwd_d_1d.json"
+    )
     [case] = collect([suite])
     assert case.attrs["dilations"] == (2,)
     assert run_case(case).outcome == PASSED
@@ -99,7 +114,9 @@ def test_op_ignoring_an_attribute_is_failed(tmp_path: Path, monkeypatch: pytest.
 
 def test_op_not_writing_out_is_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     class NewArray(onednn_convt.ConvTranspose):
-        def __call__(self, src: Any, weights: Any, bias: Any = None, *, out: Any = None) -> np.ndarray:
+        def __call__(
+            self, src: Any, weights: Any, bias: Any = None, *, out: Any = None
+        ) -> np.ndarray:
             return super().__call__(src, weights, bias)
 
     monkeypatch.setattr(onednn_convt, "ConvTranspose", NewArray)
@@ -121,7 +138,10 @@ def test_library_errors_and_crashes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     case = base_case(tmp_path)
     monkeypatch.setattr(onednn_convt, "ConvTranspose", Refuses)
     result = run_case(case)
-    assert result.outcome == FAILED and "the library refused a case the spec allows: compile failed" in result.message
+    assert (
+        result.outcome == FAILED
+        and "the library refused a case the spec allows: compile failed" in result.message
+    )
     monkeypatch.setattr(onednn_convt, "ConvTranspose", Crashes)
     result = run_case(case)
     assert result.outcome == ERROR and "IndexError: oops" in result.message
@@ -201,11 +221,22 @@ def test_fill_memory_order(tmp_path: Path) -> None:
 
 @needs_onednn_files
 def test_onednn_cases_all_pass() -> None:
-    names = ["harness_f32", "harness_bf16", "harness_f16", "harness_bf16_v3.2", "harness_f16_v3.2", "op"]
+    names = [
+        "harness_f32",
+        "harness_bf16",
+        "harness_f16",
+        "harness_bf16_v3.2",
+        "harness_f16_v3.2",
+        "op",
+    ]
     cases = collect([os.path.join(ONEDNN, n) for n in names])
     assert len(cases) == 37 + 4 * 21 + 9
     results = run_cases(cases)
-    failed = [f"{r.case.location} {r.case.id}: {r.outcome} {r.message}" for r in results if r.outcome != PASSED]
+    failed = [
+        f"{r.case.location} {r.case.id}: {r.outcome} {r.message}"
+        for r in results
+        if r.outcome != PASSED
+    ]
     assert failed == []
     kinds = {r.details["lowering"] for r in results}
     assert "Convolution" in kinds  # BackwardData runs as a Convolution (spec D9)

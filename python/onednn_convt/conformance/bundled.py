@@ -46,49 +46,223 @@ class Base:
 
 
 BASES = [
-    Base("fwd_1d", FWD, dict(strides=2, pads_begin=1, pads_end=0, output_padding=1, data_format="NCX",
-                             weights_format="IOX"), [(2, 4, 7), (4, 3, 3)]),
-    Base("fwd_2d_groups_bias", FWD, dict(strides=(2, 1), dilations=(1, 2), pads_begin=(1, 0), pads_end=(0, 2),
-                                         output_padding=(1, 0), groups=3, data_format="NXC", weights_format="XOI"),
-         [(2, 5, 6, 6), (3, 3, 2, 6), (6,)]),
-    Base("fwd_3d", FWD, dict(strides=(2, 1, 3), dilations=(1, 2, 1), pads_begin=(0, 1, 1), pads_end=(1, 0, 0),
-                             output_padding=(1, 0, 2), groups=2, data_format="NCX", weights_format="XOI"),
-         [(1, 4, 3, 4, 3), (2, 3, 2, 2, 4)]),
-    Base("fwd_2d_depthwise", FWD, dict(strides=2, pads_begin=1, pads_end=1, groups=8, data_format="NXC",
-                                       weights_format="IOX"), [(1, 5, 5, 8), (8, 1, 3, 3)]),
-    Base("fwd_2d_big_pads", FWD, dict(strides=2, pads_begin=(0, 3), pads_end=(5, 4), data_format="NCX",
-                                      weights_format="IOX"), [(1, 3, 6, 7), (3, 2, 3, 3)]),
-    Base("fwd_2d_strided", FWD, dict(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX"),
-         [(2, 4, 3, 5), (4, 2, 4, 4)], orders={0: (0, 2, 3, 1), 1: (2, 3, 0, 1)}),
-    Base("bwd_d_1d", BWD_D, dict(strides=2, dilations=2, pads_begin=1, pads_end=0, groups=2, data_format="NCX",
-                                 weights_format="XOI"), [(2, 6, 12), (3, 3, 4)]),
-    Base("bwd_d_2d", BWD_D, dict(strides=(2, 3), dilations=(2, 1), pads_begin=(1, 0), pads_end=(0, 1),
-                                 data_format="NXC", weights_format="IOX"), [(2, 9, 8, 4), (6, 4, 3, 2)]),
-    Base("bwd_d_3d", BWD_D, dict(strides=(1, 2, 2), dilations=(2, 1, 1), pads_begin=(0, 1, 0), pads_end=(1, 0, 1),
-                                 groups=2, data_format="NCX", weights_format="IOX"),
-         [(1, 4, 5, 6, 5), (4, 2, 2, 3, 2)]),
-    Base("bwd_d_1d_depthwise", BWD_D, dict(strides=2, pads_begin=1, pads_end=1, groups=6, data_format="NXC",
-                                           weights_format="XOI"), [(2, 9, 6), (3, 1, 6)]),
-    Base("bwd_w_1d", BWD_W, dict(strides=2, pads_begin=0, pads_end=1, groups=2, weights_shape=(4, 3, 3),
-                                 data_format="NCX", weights_format="IOX"), [(2, 4, 5), (2, 6, 10)]),
-    Base("bwd_w_2d", BWD_W, dict(strides=2, dilations=(2, 1), pads_begin=(1, 0), pads_end=(2, 1),
-                                 weights_shape=(3, 2, 3, 4), data_format="NXC", weights_format="XOI"),
-         [(1, 4, 3, 4), (1, 8, 5, 3)]),
-    Base("bwd_w_3d_input", BWD_W, dict(strides=(1, 2, 1), pads_begin=(0, 1, 0), pads_end=(0, 0, 1),
-                                       weights_shape=(2, 2, 3, 2, 2), data_format="NCX", weights_format="XOI"),
-         [(1, 2, 3, 3, 2), (1, 2, 4, 5, 3)], weights_shape_input=True),
-    Base("bwd_w_2d_depthwise", BWD_W, dict(strides=1, dilations=2, pads_begin=2, pads_end=2, groups=6,
-                                           weights_shape=(6, 1, 3, 3), data_format="NCX", weights_format="IOX"),
-         [(2, 6, 4, 4), (2, 6, 4, 4)]),
-    Base("fwd_2d_bf16", FWD, dict(strides=2, pads_begin=(0, 1), pads_end=(1, 0), groups=2, data_format="NCX",
-                                  weights_format="IOX"), [(1, 4, 4, 5), (4, 3, 3, 3), (6,)], dtype="bf16",
-         variations=False),
-    Base("bwd_d_2d_f16", BWD_D, dict(strides=2, dilations=2, pads_begin=1, pads_end=1, data_format="NXC",
-                                     weights_format="XOI"), [(1, 8, 8, 4), (3, 3, 4, 2)], dtype="f16",
-         variations=False),
-    Base("bwd_w_1d_bf16", BWD_W, dict(strides=3, pads_begin=1, pads_end=1, weights_shape=(2, 3, 4),
-                                      data_format="NXC", weights_format="IOX"), [(2, 4, 2), (2, 11, 3)],
-         dtype="bf16", variations=False),
+    Base(
+        "fwd_1d",
+        FWD,
+        dict(
+            strides=2,
+            pads_begin=1,
+            pads_end=0,
+            output_padding=1,
+            data_format="NCX",
+            weights_format="IOX",
+        ),
+        [(2, 4, 7), (4, 3, 3)],
+    ),
+    Base(
+        "fwd_2d_groups_bias",
+        FWD,
+        dict(
+            strides=(2, 1),
+            dilations=(1, 2),
+            pads_begin=(1, 0),
+            pads_end=(0, 2),
+            output_padding=(1, 0),
+            groups=3,
+            data_format="NXC",
+            weights_format="XOI",
+        ),
+        [(2, 5, 6, 6), (3, 3, 2, 6), (6,)],
+    ),
+    Base(
+        "fwd_3d",
+        FWD,
+        dict(
+            strides=(2, 1, 3),
+            dilations=(1, 2, 1),
+            pads_begin=(0, 1, 1),
+            pads_end=(1, 0, 0),
+            output_padding=(1, 0, 2),
+            groups=2,
+            data_format="NCX",
+            weights_format="XOI",
+        ),
+        [(1, 4, 3, 4, 3), (2, 3, 2, 2, 4)],
+    ),
+    Base(
+        "fwd_2d_depthwise",
+        FWD,
+        dict(
+            strides=2, pads_begin=1, pads_end=1, groups=8, data_format="NXC", weights_format="IOX"
+        ),
+        [(1, 5, 5, 8), (8, 1, 3, 3)],
+    ),
+    Base(
+        "fwd_2d_big_pads",
+        FWD,
+        dict(
+            strides=2, pads_begin=(0, 3), pads_end=(5, 4), data_format="NCX", weights_format="IOX"
+        ),
+        [(1, 3, 6, 7), (3, 2, 3, 3)],
+    ),
+    Base(
+        "fwd_2d_strided",
+        FWD,
+        dict(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX"),
+        [(2, 4, 3, 5), (4, 2, 4, 4)],
+        orders={0: (0, 2, 3, 1), 1: (2, 3, 0, 1)},
+    ),
+    Base(
+        "bwd_d_1d",
+        BWD_D,
+        dict(
+            strides=2,
+            dilations=2,
+            pads_begin=1,
+            pads_end=0,
+            groups=2,
+            data_format="NCX",
+            weights_format="XOI",
+        ),
+        [(2, 6, 12), (3, 3, 4)],
+    ),
+    Base(
+        "bwd_d_2d",
+        BWD_D,
+        dict(
+            strides=(2, 3),
+            dilations=(2, 1),
+            pads_begin=(1, 0),
+            pads_end=(0, 1),
+            data_format="NXC",
+            weights_format="IOX",
+        ),
+        [(2, 9, 8, 4), (6, 4, 3, 2)],
+    ),
+    Base(
+        "bwd_d_3d",
+        BWD_D,
+        dict(
+            strides=(1, 2, 2),
+            dilations=(2, 1, 1),
+            pads_begin=(0, 1, 0),
+            pads_end=(1, 0, 1),
+            groups=2,
+            data_format="NCX",
+            weights_format="IOX",
+        ),
+        [(1, 4, 5, 6, 5), (4, 2, 2, 3, 2)],
+    ),
+    Base(
+        "bwd_d_1d_depthwise",
+        BWD_D,
+        dict(
+            strides=2, pads_begin=1, pads_end=1, groups=6, data_format="NXC", weights_format="XOI"
+        ),
+        [(2, 9, 6), (3, 1, 6)],
+    ),
+    Base(
+        "bwd_w_1d",
+        BWD_W,
+        dict(
+            strides=2,
+            pads_begin=0,
+            pads_end=1,
+            groups=2,
+            weights_shape=(4, 3, 3),
+            data_format="NCX",
+            weights_format="IOX",
+        ),
+        [(2, 4, 5), (2, 6, 10)],
+    ),
+    Base(
+        "bwd_w_2d",
+        BWD_W,
+        dict(
+            strides=2,
+            dilations=(2, 1),
+            pads_begin=(1, 0),
+            pads_end=(2, 1),
+            weights_shape=(3, 2, 3, 4),
+            data_format="NXC",
+            weights_format="XOI",
+        ),
+        [(1, 4, 3, 4), (1, 8, 5, 3)],
+    ),
+    Base(
+        "bwd_w_3d_input",
+        BWD_W,
+        dict(
+            strides=(1, 2, 1),
+            pads_begin=(0, 1, 0),
+            pads_end=(0, 0, 1),
+            weights_shape=(2, 2, 3, 2, 2),
+            data_format="NCX",
+            weights_format="XOI",
+        ),
+        [(1, 2, 3, 3, 2), (1, 2, 4, 5, 3)],
+        weights_shape_input=True,
+    ),
+    Base(
+        "bwd_w_2d_depthwise",
+        BWD_W,
+        dict(
+            strides=1,
+            dilations=2,
+            pads_begin=2,
+            pads_end=2,
+            groups=6,
+            weights_shape=(6, 1, 3, 3),
+            data_format="NCX",
+            weights_format="IOX",
+        ),
+        [(2, 6, 4, 4), (2, 6, 4, 4)],
+    ),
+    Base(
+        "fwd_2d_bf16",
+        FWD,
+        dict(
+            strides=2,
+            pads_begin=(0, 1),
+            pads_end=(1, 0),
+            groups=2,
+            data_format="NCX",
+            weights_format="IOX",
+        ),
+        [(1, 4, 4, 5), (4, 3, 3, 3), (6,)],
+        dtype="bf16",
+        variations=False,
+    ),
+    Base(
+        "bwd_d_2d_f16",
+        BWD_D,
+        dict(
+            strides=2,
+            dilations=2,
+            pads_begin=1,
+            pads_end=1,
+            data_format="NXC",
+            weights_format="XOI",
+        ),
+        [(1, 8, 8, 4), (3, 3, 4, 2)],
+        dtype="f16",
+        variations=False,
+    ),
+    Base(
+        "bwd_w_1d_bf16",
+        BWD_W,
+        dict(
+            strides=3,
+            pads_begin=1,
+            pads_end=1,
+            weights_shape=(2, 3, 4),
+            data_format="NXC",
+            weights_format="IOX",
+        ),
+        [(2, 4, 2), (2, 11, 3)],
+        dtype="bf16",
+        variations=False,
+    ),
 ]
 
 
@@ -106,7 +280,9 @@ def base_json(base: Base) -> str:
     from .graph_json import to_graph_json
 
     attrs = dict(base.attrs)
-    arrays = [_array(s, FLOAT_DTYPES[base.dtype], base.orders.get(i)) for i, s in enumerate(base.shapes)]
+    arrays = [
+        _array(s, FLOAT_DTYPES[base.dtype], base.orders.get(i)) for i, s in enumerate(base.shapes)
+    ]
     if base.weights_shape_input:
         arrays.append(np.asarray(attrs.pop("weights_shape"), SHAPE_DTYPE))
     op = getattr(onednn_convt, base.kind)(**attrs)
@@ -154,7 +330,9 @@ def _format_lines(base: Base) -> list[str]:
             if new_wf != wf:
                 attrs.append(f"weights_format:{new_wf}")
                 if base.kind == BWD_W:
-                    attrs.append(f"weights_shape:{_x(_swap_weights(base.attrs['weights_shape'], new_wf))}")
+                    attrs.append(
+                        f"weights_shape:{_x(_swap_weights(base.attrs['weights_shape'], new_wf))}"
+                    )
             shape_opt = f"--in-shapes={'+'.join(shapes)} " if shapes else ""
             lines.append(f"{shape_opt}--op-attrs=0:{'*'.join(attrs)}")
     return lines
@@ -183,8 +361,14 @@ EXTRA = [
     ("fwd_1d", "--op-attrs=0:output_padding:0,0:strides:3*output_padding:2"),
     ("fwd_2d_groups_bias", "--mb=1"),
     ("fwd_3d", "--in-shapes=0:2x4x3x4x3*acdeb"),
-    ("fwd_2d_depthwise", "--in-shapes=0:1x5x5x8+1:8x1x2x2 --op-attrs=0:strides:3x2*pads_begin:0x1*pads_end:2x0"),
-    ("bwd_d_2d", "--in-shapes=0:2x5x6x7x4+1:6x4x3x2x2 --op-attrs=0:strides:1x2x3*dilations:1x2x1*pads_begin:1x1x0*pads_end:0x0x1"),
+    (
+        "fwd_2d_depthwise",
+        "--in-shapes=0:1x5x5x8+1:8x1x2x2 --op-attrs=0:strides:3x2*pads_begin:0x1*pads_end:2x0",
+    ),
+    (
+        "bwd_d_2d",
+        "--in-shapes=0:2x5x6x7x4+1:6x4x3x2x2 --op-attrs=0:strides:1x2x3*dilations:1x2x1*pads_begin:1x1x0*pads_end:0x0x1",
+    ),
     ("bwd_d_1d", "--mb=1"),
     ("bwd_d_3d", "--in-shapes=0:1x4x5x6x5*acdeb+1:4x2x2x3x2*cdeab"),
     ("bwd_w_1d", "--mb=3"),

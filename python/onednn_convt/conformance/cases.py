@@ -19,7 +19,15 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from .. import schema, shapes
 from . import graph_json
-from .graph_json import CONVT_KINDS, GRAPH_OP_KINDS, LIBRARY_ATTRS, REQUIRED_ATTRS, Attr, Graph, GraphJSONError
+from .graph_json import (
+    CONVT_KINDS,
+    GRAPH_OP_KINDS,
+    LIBRARY_ATTRS,
+    REQUIRED_ATTRS,
+    Attr,
+    Graph,
+    GraphJSONError,
+)
 
 INVALID = "INVALID"
 SKIPPED = "SKIPPED"
@@ -235,7 +243,9 @@ def _parse_value(attr: Attr, text: str, name: str) -> Any:
                 raise ValueError(text)
             return low in ("true", "1")
     except ValueError:
-        raise CaseError(INVALID, f"--op-attrs: value {text!r} of '{name}' does not parse as {t}") from None
+        raise CaseError(
+            INVALID, f"--op-attrs: value {text!r} of '{name}' does not parse as {t}"
+        ) from None
     return text
 
 
@@ -256,28 +266,48 @@ def _check_attrs(op: graph_json.GraphOp) -> None:
     schema_types = LIBRARY_ATTRS[op.kind]
     for name, attr in op.attrs.items():
         if name not in schema_types:
-            where = "ConvTranspose only" if name == "output_padding" else (
-                "ConvTransposeBackwardWeights only" if name == "weights_shape" else "no ConvTranspose op")
-            raise CaseError(INVALID, f"attribute '{name}' is not defined for {op.kind} ({where}); the library rejects it at add_op")
+            where = (
+                "ConvTranspose only"
+                if name == "output_padding"
+                else (
+                    "ConvTransposeBackwardWeights only"
+                    if name == "weights_shape"
+                    else "no ConvTranspose op"
+                )
+            )
+            raise CaseError(
+                INVALID,
+                f"attribute '{name}' is not defined for {op.kind} ({where}); the library rejects it at add_op",
+            )
         want = schema_types[name]
         # The library stores a value by attribute name: a one-element s64[] groups works (spec 2).
-        if attr.type != want and not (name == "groups" and attr.type == "s64[]" and len(attr.value) == 1):
+        if attr.type != want and not (
+            name == "groups" and attr.type == "s64[]" and len(attr.value) == 1
+        ):
             raise CaseError(INVALID, f"attribute '{name}' expected type {want}, got {attr.type}")
         allowed = _STRING_VALUES.get(name)
         if allowed and attr.value not in allowed:
             hint = ""
             if name == "weights_format" and attr.value in schema.CONVOLUTION_WEIGHTS_FORMATS:
                 hint = " (a Convolution format some oneDNN pages list by mistake)"
-            raise CaseError(INVALID, f"attribute '{name}' is {attr.value!r}{hint}; the library accepts exactly {', '.join(allowed)}")
+            raise CaseError(
+                INVALID,
+                f"attribute '{name}' is {attr.value!r}{hint}; the library accepts exactly {', '.join(allowed)}",
+            )
     missing = [n for n in REQUIRED_ATTRS if n not in op.attrs]
     if missing:
-        raise CaseError(INVALID, f"missing required attribute(s) {', '.join(missing)} (the library schema requires strides, pads_begin, pads_end, dilations)")
+        raise CaseError(
+            INVALID,
+            f"missing required attribute(s) {', '.join(missing)} (the library schema requires strides, pads_begin, pads_end, dilations)",
+        )
 
 
 def _apply_op_attrs(op: graph_json.GraphOp, ov: Overrides) -> None:
     for op_id, pairs in ov.op_attrs:
         if op_id != op.id:
-            raise CaseError(INVALID, f"--op-attrs: no op with id {op_id} in the graph (its op has id {op.id})")
+            raise CaseError(
+                INVALID, f"--op-attrs: no op with id {op_id} in the graph (its op has id {op.id})"
+            )
         for name, text in pairs:
             if name not in op.attrs:
                 raise CaseError(
@@ -288,7 +318,13 @@ def _apply_op_attrs(op: graph_json.GraphOp, ov: Overrides) -> None:
 
 
 def build_case(
-    graph: Union[Graph, GraphJSONError], ov: Overrides, *, id: str, location: str, root: str, path: str
+    graph: Union[Graph, GraphJSONError],
+    ov: Overrides,
+    *,
+    id: str,
+    location: str,
+    root: str,
+    path: str,
 ) -> Case:
     """Apply the overrides to a graph and check the result.
 
@@ -314,7 +350,10 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
     if len(graph.ops) != 1:
         kinds = ", ".join(op.kind for op in graph.ops) or "none"
         status = INVALID if not graph.ops else SKIPPED
-        raise CaseError(status, f"the graph has {len(graph.ops)} ops ({kinds}); the runner takes a single ConvTranspose op")
+        raise CaseError(
+            status,
+            f"the graph has {len(graph.ops)} ops ({kinds}); the runner takes a single ConvTranspose op",
+        )
     op = graph_json.parse_graph(graph.to_json()).ops[0]  # a copy the overrides can change
     case.kind = op.kind
     if op.kind not in CONVT_KINDS:
@@ -326,7 +365,9 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
     roles = INPUT_ROLES[op.kind]
     if not 2 <= len(op.inputs) <= len(roles):
         want = "2" if len(roles) == 2 else f"2 or {len(roles)}"
-        raise CaseError(INVALID, f"{op.kind} expected {want} inputs ({', '.join(roles)}), got {len(op.inputs)}")
+        raise CaseError(
+            INVALID, f"{op.kind} expected {want} inputs ({', '.join(roles)}), got {len(op.inputs)}"
+        )
     if len(op.outputs) != 1:
         raise CaseError(INVALID, f"{op.kind} expected 1 output, got {len(op.outputs)}")
 
@@ -337,13 +378,20 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
     dtype = {t.id: t.dtype for t in op.inputs + op.outputs}
     for tid, new_shape, tag in ov.in_shapes:
         if tid not in tensors:
-            raise CaseError(INVALID, f"--in-shapes: tensor {tid} is not a graph input (inputs: {', '.join(map(str, tensors))})")
+            raise CaseError(
+                INVALID,
+                f"--in-shapes: tensor {tid} is not a graph input (inputs: {', '.join(map(str, tensors))})",
+            )
         old_rank = len(shape[tid])
         if new_shape is not None:
             shape[tid] = list(new_shape)
         rank = len(shape[tid])
         try:
-            order[tid] = tag_order(tag, rank) if tag else (order[tid] if rank == old_rank else tuple(range(rank)))
+            order[tid] = (
+                tag_order(tag, rank)
+                if tag
+                else (order[tid] if rank == old_rank else tuple(range(rank)))
+            )
         except ValueError as e:
             raise CaseError(INVALID, f"--in-shapes: tensor {tid}: {e}") from None
     role_of = {t.id: roles[i] for i, t in enumerate(op.inputs)}
@@ -364,7 +412,9 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
     for tid, role in role_of.items():
         if role == "weights_shape":
             if dtype[tid] != "s32":
-                raise CaseError(INVALID, f"input 2 (weights_shape) expected dtype s32, got {dtype[tid]}")
+                raise CaseError(
+                    INVALID, f"input 2 (weights_shape) expected dtype s32, got {dtype[tid]}"
+                )
             continue
         floats[role] = dtype[tid]
     out_t = op.outputs[0]
@@ -377,7 +427,10 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
         raise CaseError(INVALID, f"every float tensor of {op.kind} must have one dtype, got {got}")
     for tid, role in role_of.items():
         if any(d < 0 for d in shape[tid]):
-            raise CaseError(INVALID, f"input {tid} ({role}) has an unknown shape {shape[tid]}; every input shape must be known")
+            raise CaseError(
+                INVALID,
+                f"input {tid} ({role}) has an unknown shape {shape[tid]}; every input shape must be known",
+            )
 
     # attributes as the op's keywords
     spatial = len(shape[op.inputs[0].id]) - 2
@@ -396,29 +449,49 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
         if ws is None and out_t.known_shape and not ov.reshapes:
             ws = tuple(out_t.shape)  # the library takes a known output shape instead (spec 4.3)
         if ws is None:
-            raise CaseError(INVALID, "weights_shape is neither set (the attribute is all zeros) nor given by a known output shape")
+            raise CaseError(
+                INVALID,
+                "weights_shape is neither set (the attribute is all zeros) nor given by a known output shape",
+            )
         attrs["weights_shape"] = ws
         if len(op.inputs) == 3:
             ws_values = tuple(ws)
             if tuple(input_shapes[2]) != (len(ws),):
-                raise CaseError(INVALID, f"input 2 (weights_shape) expected shape [{len(ws)}], got {list(input_shapes[2])}")
+                raise CaseError(
+                    INVALID,
+                    f"input 2 (weights_shape) expected shape [{len(ws)}], got {list(input_shapes[2])}",
+                )
     try:
         out_shape: Optional[tuple[int, ...]] = expected_output_shape(op.kind, attrs, input_shapes)
     except (ValueError, IndexError, TypeError):
         out_shape = None  # the call reports why
     if out_shape is not None and min(out_shape, default=0) < 1:
         out_shape = None  # likewise
-    if out_shape is not None and not ov.reshapes and out_t.known_shape and tuple(out_t.shape) != out_shape:
+    if (
+        out_shape is not None
+        and not ov.reshapes
+        and out_t.known_shape
+        and tuple(out_t.shape) != out_shape
+    ):
         raise CaseError(
             INVALID,
             f"output {out_t.id} has shape {list(out_t.shape)} in the JSON; the inputs and attributes give {list(out_shape)}",
         )
-    out_order = order[out_t.id] if out_shape is not None and len(out_shape) == len(out_t.shape) else ()
+    out_order = (
+        order[out_t.id] if out_shape is not None and len(out_shape) == len(out_t.shape) else ()
+    )
     if out_shape is not None and not out_order:
         out_order = tuple(range(len(out_shape)))
     case.attrs = attrs
     case.inputs = [
-        TensorSpec(t.id, roles[i], tuple(shape[t.id]), dtype[t.id], order[t.id], ws_values if roles[i] == "weights_shape" else None)
+        TensorSpec(
+            t.id,
+            roles[i],
+            tuple(shape[t.id]),
+            dtype[t.id],
+            order[t.id],
+            ws_values if roles[i] == "weights_shape" else None,
+        )
         for i, t in enumerate(op.inputs)
     ]
     case.output = TensorSpec(out_t.id, OUTPUT_ROLE[op.kind], out_shape, dtype[out_t.id], out_order)
@@ -509,5 +582,13 @@ def collect(
             else:
                 cases.extend(parse_harness(full, cases_root=cases_root, loader=loader, shown=shown))
     for i, text in enumerate(lines):
-        cases.extend(parse_text(text, f"--line[{i + 1}]", base_dir=cases_root or ".", cases_root=cases_root, loader=loader))
+        cases.extend(
+            parse_text(
+                text,
+                f"--line[{i + 1}]",
+                base_dir=cases_root or ".",
+                cases_root=cases_root,
+                loader=loader,
+            )
+        )
     return cases

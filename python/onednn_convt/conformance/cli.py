@@ -22,7 +22,10 @@ from typing import Any, Optional, Sequence
 
 #: Op classes --dump accepts.
 DUMP_KINDS = (
-    "ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights", "ConvTransposeBackpropFilters",
+    "ConvTranspose",
+    "ConvTransposeBackwardData",
+    "ConvTransposeBackwardWeights",
+    "ConvTransposeBackpropFilters",
 )
 
 
@@ -32,7 +35,9 @@ def _shard(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected I/N (e.g. 1/4), got {text!r}") from None
     if not 1 <= i <= n:
-        raise argparse.ArgumentTypeError(f"expected 1 <= I <= N in I/N (shards are numbered from 1), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected 1 <= I <= N in I/N (shards are numbered from 1), got {text!r}"
+        )
     return i, n
 
 
@@ -43,40 +48,86 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "through onednn_convt and judge each against onednn_convt.reference."
     )
     parser.add_argument(
-        "paths", nargs="*", metavar="PATH",
+        "paths",
+        nargs="*",
+        metavar="PATH",
         help="JSON files, harness files (any other file) or directories (searched for *.json and "
         "harness* files); none: the bundled suite",
     )
-    parser.add_argument("-k", dest="keywords", action="append", default=[], metavar="TEXT",
-                        help="run only cases whose line or location contains TEXT (case-insensitive; "
-                        "repeat: any of them)")
-    parser.add_argument("--dt", metavar="DT[,DT...]",
-                        help="run only cases of these dtypes (f32, bf16, f16); with --dump: the dtype of the call")
-    parser.add_argument("--shard", type=_shard, metavar="I/N",
-                        help="run only the I-th of N equal parts of the selected cases (1 <= I <= N)")
-    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    parser.add_argument(
+        "-k",
+        dest="keywords",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="run only cases whose line or location contains TEXT (case-insensitive; "
+        "repeat: any of them)",
+    )
+    parser.add_argument(
+        "--dt",
+        metavar="DT[,DT...]",
+        help="run only cases of these dtypes (f32, bf16, f16); with --dump: the dtype of the call",
+    )
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="run only the I-th of N equal parts of the selected cases (1 <= I <= N)",
+    )
+    parser.add_argument(
+        "-j", "--jobs", type=int, default=1, metavar="N", help="worker processes (default 1)"
+    )
     parser.add_argument("--junit-xml", metavar="FILE", help="write a JUnit XML report")
     parser.add_argument("--json", metavar="FILE", help="write a JSON report")
-    parser.add_argument("--fail-on-unsupported", action="store_true",
-                        help="count UNSUPPORTED cases as failed (default: skipped)")
-    parser.add_argument("--strict-dtypes", action="store_true",
-                        help="do not emulate bf16/f16 where the CPU has no kernel: such cases are UNSUPPORTED")
-    parser.add_argument("-v", "--verbose", action="store_true", help="print every case with its details")
-    parser.add_argument("--cases-root", metavar="DIR",
-                        help="where --case= paths are looked up when not next to the harness file")
-    parser.add_argument("--line", action="append", default=[], metavar="LINE",
-                        help="a harness line to run (repeatable), e.g. '--reset --case=op/f32/deconv.json'")
+    parser.add_argument(
+        "--fail-on-unsupported",
+        action="store_true",
+        help="count UNSUPPORTED cases as failed (default: skipped)",
+    )
+    parser.add_argument(
+        "--strict-dtypes",
+        action="store_true",
+        help="do not emulate bf16/f16 where the CPU has no kernel: such cases are UNSUPPORTED",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="print every case with its details"
+    )
+    parser.add_argument(
+        "--cases-root",
+        metavar="DIR",
+        help="where --case= paths are looked up when not next to the harness file",
+    )
+    parser.add_argument(
+        "--line",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="a harness line to run (repeatable), e.g. '--reset --case=op/f32/deconv.json'",
+    )
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    parser.add_argument("--dump-failures", metavar="DIR",
-                        help="write the graph JSON of each failed case (overrides applied) into DIR")
+    parser.add_argument(
+        "--dump-failures",
+        metavar="DIR",
+        help="write the graph JSON of each failed case (overrides applied) into DIR",
+    )
     dump = parser.add_argument_group("writing a case (--dump)")
-    dump.add_argument("--dump", metavar="CALL",
-                      help="write the graph JSON of a call instead of running cases; CALL is the op "
-                      "construction with literal keywords, e.g. 'ConvTranspose(strides=2, auto_pad=\"same_upper\")'")
-    dump.add_argument("--shapes", nargs="+", default=[], metavar="SHAPE",
-                      help="the call's input shapes in order, e.g. 1x8x5x5 8x4x3x3; ws:8x4x3x3 is a "
-                      "weights_shape input (ConvTransposeBackwardWeights) with those values")
-    dump.add_argument("-o", "--output", metavar="FILE", help="where --dump writes (default: standard output)")
+    dump.add_argument(
+        "--dump",
+        metavar="CALL",
+        help="write the graph JSON of a call instead of running cases; CALL is the op "
+        "construction with literal keywords, e.g. 'ConvTranspose(strides=2, auto_pad=\"same_upper\")'",
+    )
+    dump.add_argument(
+        "--shapes",
+        nargs="+",
+        default=[],
+        metavar="SHAPE",
+        help="the call's input shapes in order, e.g. 1x8x5x5 8x4x3x3; ws:8x4x3x3 is a "
+        "weights_shape input (ConvTransposeBackwardWeights) with those values",
+    )
+    dump.add_argument(
+        "-o", "--output", metavar="FILE", help="where --dump writes (default: standard output)"
+    )
 
 
 def parse_call(text: str) -> tuple[str, dict[str, Any]]:
@@ -92,17 +143,26 @@ def parse_call(text: str) -> tuple[str, dict[str, Any]]:
     if not isinstance(node, ast.Call):
         raise ValueError(f"--dump: expected Kind(attr=value, ...), got {text!r}")
     func = node.func
-    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    name = (
+        func.id
+        if isinstance(func, ast.Name)
+        else func.attr
+        if isinstance(func, ast.Attribute)
+        else ""
+    )
     if name not in DUMP_KINDS:
         raise ValueError(f"--dump: op {name or text!r} expected one of {', '.join(DUMP_KINDS)}")
     if node.args or any(kw.arg is None for kw in node.keywords):
         raise ValueError("--dump: attributes are keyword arguments (strides=2, ...)")
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for kw in node.keywords:
+        assert kw.arg is not None
         try:
             kwargs[kw.arg] = ast.literal_eval(kw.value)
         except ValueError:
-            raise ValueError(f"--dump: attribute {kw.arg} expected a literal value, got {ast.unparse(kw.value)}") from None
+            raise ValueError(
+                f"--dump: attribute {kw.arg} expected a literal value, got {ast.unparse(kw.value)}"
+            ) from None
     return name, kwargs
 
 
@@ -174,9 +234,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(cases)} cases")
         return 0
     start = time.perf_counter()
-    reporter = report.Reporter(len(cases), verbose=args.verbose, fail_on_unsupported=args.fail_on_unsupported)
+    reporter = report.Reporter(
+        len(cases), verbose=args.verbose, fail_on_unsupported=args.fail_on_unsupported
+    )
     results = run_cases(
-        cases, jobs=args.jobs, strict_dtypes=args.strict_dtypes, on_result=lambda i, r: reporter.add(r)
+        cases,
+        jobs=args.jobs,
+        strict_dtypes=args.strict_dtypes,
+        on_result=lambda i, r: reporter.add(r),
     )
     seconds = time.perf_counter() - start
     if args.junit_xml or args.json:

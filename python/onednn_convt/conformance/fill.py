@@ -107,7 +107,9 @@ def plan(case: Case) -> FillPlan:
     return FillPlan(ranges, a, min(1.0, safe / n_acc), n_acc, safe)
 
 
-def integers(shape: Sequence[int], lo: int, hi: int, density: float, seed: Sequence[int]) -> np.ndarray:
+def integers(
+    shape: Sequence[int], lo: int, hi: int, density: float, seed: Sequence[int]
+) -> np.ndarray:
     """Float64 integers in [lo, hi], zero where a draw is over ``density``, the first of
     every 64 elements (row-major) non-zero and positive."""
     rng = np.random.default_rng([_SEED, *seed])

@@ -199,22 +199,31 @@ def _int_list(value: Any, where: str) -> list[int]:
 
 def _parse_attr(name: str, entry: Any, where: str) -> Attr:
     if not isinstance(entry, dict):
-        raise _fail(where, f"attribute '{name}' expected an object {{\"type\", \"value\"}}, got {entry!r}")
+        raise _fail(
+            where, f'attribute \'{name}\' expected an object {{"type", "value"}}, got {entry!r}'
+        )
     keys = list(entry)
     if "type" not in entry or "value" not in entry:
         raise _fail(where, f"attribute '{name}' expected keys 'type' and 'value', got {keys}")
     if keys[0] != "type":
-        raise _fail(where, f"attribute '{name}': 'type' must be the first key (benchdnn's loader reads it first), got {keys}")
+        raise _fail(
+            where,
+            f"attribute '{name}': 'type' must be the first key (benchdnn's loader reads it first), got {keys}",
+        )
     t, v = entry["type"], entry["value"]
     if t not in ATTR_TYPES:
-        raise _fail(where, f"attribute '{name}' has unknown type {t!r}; expected one of {', '.join(ATTR_TYPES)}")
+        raise _fail(
+            where,
+            f"attribute '{name}' has unknown type {t!r}; expected one of {', '.join(ATTR_TYPES)}",
+        )
     ok = {
         "string": isinstance(v, str),
         "bool": isinstance(v, bool) or v in (0, 1, "true", "false"),
         "s64": _is_int(v),
         "s64[]": isinstance(v, list) and all(_is_int(x) for x in v),
         "f32": isinstance(v, (int, float)) and not isinstance(v, bool),
-        "f32[]": isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v),
+        "f32[]": isinstance(v, list)
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v),
     }[t]
     if not ok:
         raise _fail(where, f"attribute '{name}' of type {t} has value {v!r}")
@@ -244,8 +253,14 @@ def _parse_op(obj: Any, where: str) -> GraphOp:
         name=_get(obj, "name", where, str) if "name" in obj else "",
         kind=_get(obj, "kind", where, str),
         attrs=attrs,
-        inputs=[_parse_tensor(t, f"{where}.inputs[{i}]") for i, t in enumerate(_get(obj, "inputs", where, list))],
-        outputs=[_parse_tensor(t, f"{where}.outputs[{i}]") for i, t in enumerate(_get(obj, "outputs", where, list))],
+        inputs=[
+            _parse_tensor(t, f"{where}.inputs[{i}]")
+            for i, t in enumerate(_get(obj, "inputs", where, list))
+        ],
+        outputs=[
+            _parse_tensor(t, f"{where}.outputs[{i}]")
+            for i, t in enumerate(_get(obj, "outputs", where, list))
+        ],
     )
 
 
@@ -355,7 +370,7 @@ def library_attrs(kind: str, attrs: dict[str, Any], spatial: int) -> dict[str, A
         elif t == "s64[]":
             out[name] = Attr(t, list(schema.per_dim(kind, name, value, spatial)))
         elif t == "s64":
-            out[name] = Attr(t, int(value))
+            out[name] = Attr(t, int(value if value is not None else 1))
         else:
             out[name] = Attr(t, str(value))
     return out
@@ -371,8 +386,8 @@ def graph_of_call(op: Any, *inputs: Any) -> Graph:
         inputs = tuple(inputs)
         if len(inputs) > 2 and inputs[2] is not None:
             shape = list(np.asarray(inputs[2]).tolist())
-            a, b = op._axes
-            shape[a], shape[b] = shape[b], shape[a]
+            ax0, ax1 = op._axes
+            shape[ax0], shape[ax1] = shape[ax1], shape[ax0]
             inputs = (*inputs[:2], np.asarray(shape, np.int32))
         op = inner
     kind = getattr(op, "op_name", None)
@@ -461,7 +476,8 @@ def case_graph_json(case: Any, indent: Optional[int] = 2) -> str:
         raise ValueError(msg)
     op = getattr(onednn_convt, case.kind)(**case.attrs)
     arrays = [
-        np.asarray(t.values, SHAPE_DTYPE) if t.role == "weights_shape"
+        np.asarray(t.values, SHAPE_DTYPE)
+        if t.role == "weights_shape"
         else place(np.zeros(t.shape), FLOAT_DTYPES[t.dtype], t.order)
         for t in case.inputs
     ]

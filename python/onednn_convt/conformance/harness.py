@@ -39,10 +39,26 @@ DT_NAMES = ("f32", "bf16", "f16", "s32", "s8", "u8", "f64", "boolean")
 
 #: Options of benchdnn that do not change the problem (kept in the line, no effect here).
 IGNORED_PREFIXES = (
-    "--engine=", "--mode=", "--attr-fpmath=", "--expected-n-partitions=", "--max-ms-per-prb=",
-    "--fix-times-per-prb=", "--repeats-per-prb=", "--allow-enum-tags-only=", "--verbose=",
-    "--skip-impl=", "--impl=", "--memory-kind=", "--cold-cache=", "--execution-mode=",
-    "--summary=", "--start=", "--ctx-init=", "--ctx-exe=", "--canonical=", "--mem-check=",
+    "--engine=",
+    "--mode=",
+    "--attr-fpmath=",
+    "--expected-n-partitions=",
+    "--max-ms-per-prb=",
+    "--fix-times-per-prb=",
+    "--repeats-per-prb=",
+    "--allow-enum-tags-only=",
+    "--verbose=",
+    "--skip-impl=",
+    "--impl=",
+    "--memory-kind=",
+    "--cold-cache=",
+    "--execution-mode=",
+    "--summary=",
+    "--start=",
+    "--ctx-init=",
+    "--ctx-exe=",
+    "--canonical=",
+    "--mem-check=",
 )
 
 
@@ -87,9 +103,13 @@ def parse_in_shapes(text: str) -> tuple[tuple[int, Optional[tuple[int, ...]], Op
         elif shape_text.isalpha() and not tag:
             shape, tag = None, shape_text
         else:
-            shape = tuple(_int(d, f"--in-shapes entry {entry!r}: dim") for d in shape_text.split("x"))
+            shape = tuple(
+                _int(d, f"--in-shapes entry {entry!r}: dim") for d in shape_text.split("x")
+            )
         if tag and not tag.isalpha():
-            raise HarnessSyntaxError(f"--in-shapes: entry {entry!r}: tag {tag!r} expected letters (e.g. acdb)")
+            raise HarnessSyntaxError(
+                f"--in-shapes: entry {entry!r}: tag {tag!r} expected letters (e.g. acdb)"
+            )
         entries.append((tid, shape, tag or None))
     return tuple(entries)
 
@@ -135,7 +155,9 @@ def parse_dt(text: str) -> tuple[Optional[str], tuple[tuple[int, str], ...]]:
 
     def check(dt: str) -> str:
         if dt not in DT_NAMES:
-            raise HarnessSyntaxError(f"--dt: unknown data type {dt!r}; expected one of {', '.join(DT_NAMES)}")
+            raise HarnessSyntaxError(
+                f"--dt: unknown data type {dt!r}; expected one of {', '.join(DT_NAMES)}"
+            )
         return dt
 
     if ":" not in text:
@@ -209,7 +231,11 @@ class _Reader:
     def resolve(self, case_path: str, base_dir: str) -> tuple[str, str, list[str]]:
         """(full path or '', root it was found under, directories tried)."""
         if os.path.isabs(case_path):
-            return (case_path if os.path.isfile(case_path) else ""), os.path.dirname(case_path), [case_path]
+            return (
+                (case_path if os.path.isfile(case_path) else ""),
+                os.path.dirname(case_path),
+                [case_path],
+            )
         tried = []
         for root in (base_dir, self.cases_root):
             if root is None:
@@ -224,7 +250,9 @@ class _Reader:
         st = self.state
         if st.error:
             line = " ".join(["--reset", *st.extra, f"--case={case_path}"])
-            self.cases.append(Case(id=line, location=where, root=base_dir, status=INVALID, reason=st.error))
+            self.cases.append(
+                Case(id=line, location=where, root=base_dir, status=INVALID, reason=st.error)
+            )
             self.error_where = ""
             return
         full, root, tried = self.resolve(case_path, base_dir)
@@ -233,9 +261,13 @@ class _Reader:
             line = " ".join(["--reset", *ov.texts, f"--case={case_path}"])
             if not full:
                 reason = f"case file {case_path!r} not found (looked under {', '.join(map(repr, tried))})"
-                self.cases.append(Case(id=line, location=where, root=root, status=INVALID, reason=reason))
+                self.cases.append(
+                    Case(id=line, location=where, root=root, status=INVALID, reason=reason)
+                )
                 continue
-            self.cases.append(build_case(self.loader(full), ov, id=line, location=where, root=root, path=full))
+            self.cases.append(
+                build_case(self.loader(full), ov, id=line, location=where, root=root, path=full)
+            )
 
     def token(self, tok: str, where: str, base_dir: str) -> None:
         st = self.state
@@ -255,7 +287,11 @@ class _Reader:
             setattr(st, sweeps[option], values)
         elif option == "--batch" and eq:
             self.batch(value, where, base_dir)
-        elif tok == "--graph" or tok.startswith(IGNORED_PREFIXES) or (tok.startswith("-v") and tok[2:].isdigit()):
+        elif (
+            tok == "--graph"
+            or tok.startswith(IGNORED_PREFIXES)
+            or (tok.startswith("-v") and tok[2:].isdigit())
+        ):
             if tok != "--graph":
                 st.extra.append(tok)
         else:
@@ -289,13 +325,22 @@ class _Reader:
     def finish(self, base_dir: str) -> list[Case]:
         if self.state.error and self.error_where:  # an error no --case consumed
             self.cases.append(
-                Case(id=f"# {self.error_where}", location=self.error_where, root=base_dir, status=INVALID, reason=self.state.error)
+                Case(
+                    id=f"# {self.error_where}",
+                    location=self.error_where,
+                    root=base_dir,
+                    status=INVALID,
+                    reason=self.state.error,
+                )
             )
         return self.cases
 
 
 def parse_harness(
-    path: str, *, cases_root: Optional[str] = None, loader: Optional[Callable[[str], Any]] = None,
+    path: str,
+    *,
+    cases_root: Optional[str] = None,
+    loader: Optional[Callable[[str], Any]] = None,
     shown: Optional[str] = None,
 ) -> list[Case]:
     """The cases of a harness file.
@@ -314,13 +359,25 @@ def parse_harness(
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         where = shown or path
-        return [Case(id=f"# {where}", location=where, root=base, status=INVALID, reason=f"cannot read harness file: {e}")]
+        return [
+            Case(
+                id=f"# {where}",
+                location=where,
+                root=base,
+                status=INVALID,
+                reason=f"cannot read harness file: {e}",
+            )
+        ]
     reader.lines(text, shown or path, base)
     return reader.finish(base)
 
 
 def parse_text(
-    text: str, name: str = "<text>", *, base_dir: str = ".", cases_root: Optional[str] = None,
+    text: str,
+    name: str = "<text>",
+    *,
+    base_dir: str = ".",
+    cases_root: Optional[str] = None,
     loader: Optional[Callable[[str], Any]] = None,
 ) -> list[Case]:
     """The cases of harness text given directly (``--line``), relative to ``base_dir``."""

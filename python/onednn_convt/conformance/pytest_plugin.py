@@ -33,15 +33,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Add the ``--conformance`` options."""
     group = parser.getgroup("onednn-convt conformance")
     group.addoption(
-        "--conformance", action="append", nargs="?", const=BUNDLED, default=[], metavar="PATH",
+        "--conformance",
+        action="append",
+        nargs="?",
+        const=BUNDLED,
+        default=[],
+        metavar="PATH",
         help="run oneDNN graph JSON cases / harness files (a file or directory; no value: the bundled suite)",
     )
-    group.addoption("--conformance-cases-root", default=None, metavar="DIR",
-                    help="where --case= paths are looked up when not next to the harness file")
-    group.addoption("--conformance-strict-dtypes", action="store_true", default=False,
-                    help="no bf16/f16 emulation: cases without a native kernel are UNSUPPORTED")
-    group.addoption("--conformance-fail-on-unsupported", action="store_true", default=False,
-                    help="fail UNSUPPORTED cases instead of skipping them")
+    group.addoption(
+        "--conformance-cases-root",
+        default=None,
+        metavar="DIR",
+        help="where --case= paths are looked up when not next to the harness file",
+    )
+    group.addoption(
+        "--conformance-strict-dtypes",
+        action="store_true",
+        default=False,
+        help="no bf16/f16 emulation: cases without a native kernel are UNSUPPORTED",
+    )
+    group.addoption(
+        "--conformance-fail-on-unsupported",
+        action="store_true",
+        default=False,
+        help="fail UNSUPPORTED cases instead of skipping them",
+    )
 
 
 def _paths(config: pytest.Config) -> list[str]:
@@ -87,7 +104,7 @@ def _is_case_file(file_path: Path, config: pytest.Config) -> bool:
     return False
 
 
-_PATHS = pytest.StashKey[list]()
+_PATHS = pytest.StashKey[list[str]]()
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
@@ -133,7 +150,9 @@ class ConformanceItem(pytest.Item):
         from .runner import PASSED, UNSUPPORTED, run_case
 
         config = self.config
-        self.result = r = run_case(self.case, strict_dtypes=config.getoption("conformance_strict_dtypes"))
+        self.result = r = run_case(
+            self.case, strict_dtypes=config.getoption("conformance_strict_dtypes")
+        )
         if r.outcome == PASSED:
             return
         fail_unsupported = config.getoption("conformance_fail_on_unsupported")

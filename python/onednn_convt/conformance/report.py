@@ -74,8 +74,13 @@ class Reporter:
     full)."""
 
     def __init__(
-        self, total: int, *, stream: Optional[IO[str]] = None, verbose: bool = False,
-        fail_on_unsupported: bool = False, tty: Optional[bool] = None,
+        self,
+        total: int,
+        *,
+        stream: Optional[IO[str]] = None,
+        verbose: bool = False,
+        fail_on_unsupported: bool = False,
+        tty: Optional[bool] = None,
     ) -> None:
         self.stream = stream or sys.stdout
         self.total = total
@@ -141,18 +146,31 @@ def environment() -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - the report must still be written
         info = {"error": str(e)}
     info.pop("cache", None)
-    return {"onednn_convt": onednn_convt.__version__, **info, "python": platform.python_version(), "host": platform.node()}
+    return {
+        "onednn_convt": onednn_convt.__version__,
+        **info,
+        "python": platform.python_version(),
+        "host": platform.node(),
+    }
 
 
 def _classname(result: Result) -> str:
-    where = result.case.location.rsplit(":", 1)[0] if ":" in result.case.location else result.case.location
+    where = (
+        result.case.location.rsplit(":", 1)[0]
+        if ":" in result.case.location
+        else result.case.location
+    )
     where = os.path.splitext(where)[0] if where.endswith(".json") else where
     return where.replace(os.sep, ".").strip(".") or "conformance"
 
 
 def junit_xml(
-    results: Sequence[Result], seconds: float, *, fail_on_unsupported: bool = False,
-    properties: Optional[dict[str, Any]] = None, name: str = "onednn-convt conformance",
+    results: Sequence[Result],
+    seconds: float,
+    *,
+    fail_on_unsupported: bool = False,
+    properties: Optional[dict[str, Any]] = None,
+    name: str = "onednn-convt conformance",
 ) -> ET.ElementTree:
     """A JUnit XML tree: one ``testsuite``, one ``testcase`` per result, ``failure`` for
     failed, ``error`` for INVALID/ERROR, ``skipped`` for skipped."""
@@ -167,16 +185,29 @@ def junit_xml(
     }
     root = ET.Element("testsuites", attrs)
     suite = ET.SubElement(
-        root, "testsuite", {**attrs, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "hostname": platform.node()}
+        root,
+        "testsuite",
+        {**attrs, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "hostname": platform.node()},
     )
     if properties:
         props = ET.SubElement(suite, "properties")
         for k, v in properties.items():
-            ET.SubElement(props, "property", {"name": str(k), "value": json.dumps(v) if not isinstance(v, str) else v})
+            ET.SubElement(
+                props,
+                "property",
+                {"name": str(k), "value": json.dumps(v) if not isinstance(v, str) else v},
+            )
     for r in results:
         case = r.case
         tc = ET.SubElement(
-            suite, "testcase", {"classname": _classname(r), "name": case.id, "time": f"{r.seconds:.3f}", "file": case.location}
+            suite,
+            "testcase",
+            {
+                "classname": _classname(r),
+                "name": case.id,
+                "time": f"{r.seconds:.3f}",
+                "file": case.location,
+            },
         )
         cat = category(r, fail_on_unsupported)
         body = f"{r.message}\nrepro: {case.repro()}"
@@ -200,12 +231,19 @@ def write_junit(path: str, results: Sequence[Result], seconds: float, **kwargs: 
 
 
 def json_report(
-    results: Sequence[Result], seconds: float, *, fail_on_unsupported: bool = False,
+    results: Sequence[Result],
+    seconds: float,
+    *,
+    fail_on_unsupported: bool = False,
     env: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     """The machine-readable report: summary, environment, one entry per case."""
     return {
-        "summary": {**tally(results, fail_on_unsupported), "total": len(results), "seconds": round(seconds, 3)},
+        "summary": {
+            **tally(results, fail_on_unsupported),
+            "total": len(results),
+            "seconds": round(seconds, 3),
+        },
         "environment": env or {},
         "cases": [
             {

@@ -168,7 +168,8 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
             except ValueError:
                 raise e from None
             return Result(
-                case, FAILED,
+                case,
+                FAILED,
                 f"the op's output shape {got.shape} differs from the spec's {case.output.shape} ({e})",
             )
     except UnsupportedError as e:
@@ -178,7 +179,9 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
     except (ValueError, TypeError) as e:
         return Result(case, INVALID, str(e))
     except Exception as e:  # noqa: BLE001
-        return Result(case, ERROR, f"calling the op: {_last_line(e)}\n{traceback.format_exc(limit=-3)}")
+        return Result(
+            case, ERROR, f"calling the op: {_last_line(e)}\n{traceback.format_exc(limit=-3)}"
+        )
     plan = getattr(op, "last_plan", None)
     if plan is not None:
         details["emulated"] = bool(getattr(plan, "emulated", False))
@@ -187,12 +190,15 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
     try:
         ref = _reference(case, arrays)
     except ValueError as e:
-        return Result(case, FAILED, f"the op accepted a case the reference rejects: {e}", details=details)
+        return Result(
+            case, FAILED, f"the op accepted a case the reference rejects: {e}", details=details
+        )
     if got.dtype != dtype:
         return Result(case, FAILED, f"result dtype {got.dtype}, expected {dtype}", details=details)
     if got.shape != ref.shape or (case.output.shape is not None and got.shape != case.output.shape):
         return Result(
-            case, FAILED,
+            case,
+            FAILED,
             f"result shape {got.shape}, expected {ref.shape} (reference) / {case.output.shape} (spec shapes)",
             details=details,
         )
@@ -203,7 +209,12 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
         return Result(case, FAILED, message, details=details)
     if out is not None and got is not out:
         message = compare(out, ref, dtype)
-        return Result(case, FAILED, f"the op returned a new array instead of out=; out: {message or 'equal'}", details=details)
+        return Result(
+            case,
+            FAILED,
+            f"the op returned a new array instead of out=; out: {message or 'equal'}",
+            details=details,
+        )
     return Result(case, PASSED, details=details)
 
 
@@ -220,7 +231,10 @@ def _worker_init() -> None:
 
 
 def run_cases(
-    cases: Sequence[Case], *, jobs: int = 1, strict_dtypes: bool = False,
+    cases: Sequence[Case],
+    *,
+    jobs: int = 1,
+    strict_dtypes: bool = False,
     on_result: Optional[Callable[[int, Result], None]] = None,
 ) -> list[Result]:
     """Run cases, in order with ``jobs=1`` or in ``jobs`` worker processes.
@@ -257,7 +271,9 @@ def _iterate(cases: Sequence[Case], jobs: int, strict: bool) -> Iterator[tuple[i
     os.environ["OMP_NUM_THREADS"] = threads  # read by libgomp when a worker starts
     try:
         context = multiprocessing.get_context("spawn")  # libgomp does not survive fork
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init) as pool:
+        with concurrent.futures.ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_worker_init
+        ) as pool:
             futures = [pool.submit(_run_indexed, item) for item in work]
             for future in concurrent.futures.as_completed(futures):
                 yield future.result()
