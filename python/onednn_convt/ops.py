@@ -119,19 +119,24 @@ def _dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _aligned_copy(a: np.ndarray) -> np.ndarray:
+    """``a`` as an aligned C-contiguous array (``ascontiguousarray`` keeps misaligned data)."""
+    return np.require(a, requirements=("C", "A"))
+
+
 def _fixed_view(a: np.ndarray) -> Optional[Callable[[np.ndarray], np.ndarray]]:
     """How to present ``a`` to oneDNN: None as it is, or a function giving a usable array.
 
     Size-1 dimensions may have any stride in NumPy (0 after ``x[None]``); a view with a
     positive stride there costs nothing. Negative or zero strides on longer dimensions and
-    misaligned data are copied (``numpy.ascontiguousarray``): oneDNN cannot describe them.
+    misaligned data are copied (into an aligned C-contiguous array): oneDNN cannot describe them.
     """
     strides = _element_strides(a)
     if strides is None:
-        return np.ascontiguousarray
+        return _aligned_copy
     if all(s > 0 for s in strides):
         return None
-    fixed = tuple(s if s > 0 else 1 for s in a.strides)
+    fixed = tuple(s if s > 0 else a.itemsize for s in a.strides)
     return lambda x: np.lib.stride_tricks.as_strided(x, strides=fixed)
 
 
@@ -181,7 +186,8 @@ class _Op:
 
     # -- the call -------------------------------------------------------------------------
     def _signature(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Any:
-        sig = tuple(None if a is None else (a.shape, a.strides, a.dtype) for a in arrays)
+        # alignment too: a misaligned array needs a plan that copies it (see _fixed_view)
+        sig = tuple(None if a is None else (a.shape, a.strides, a.dtype, a.flags.aligned) for a in arrays)
         return sig, None if out is None else (out.shape, out.strides, out.dtype)
 
     def _call(self, inputs: tuple[Any, ...], out: Optional[np.ndarray]) -> np.ndarray:
