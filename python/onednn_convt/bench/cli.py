@@ -73,9 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=_positive(int), default=None,
                         help="threads for oneDNN (OpenMP) and PyTorch alike; default: all CPUs")
     parser.add_argument("--repeat", type=_positive(int), default=None,
-                        help="samples per measurement (default 15, 5 with --quick)")
+                        help="samples per measurement (default 11, 5 with --quick)")
     parser.add_argument("--budget", type=_positive(float), default=None,
-                        help="seconds per measurement, about (default 1.0, 0.05 with --quick)")
+                        help="seconds per measurement, about (default 0.5, 0.05 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="few, short samples and a small peak measurement: a smoke run")
     parser.add_argument("--out", type=Path, default=Path("bench-results"),
@@ -135,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
     threads = args.threads or timing.cpu_count()
     omp = set_threads(threads)
     opts = runner.Options(
-        repeat=args.repeat or (5 if quick else 15),
-        budget=args.budget or (0.05 if quick else 1.0),
+        repeat=args.repeat or (5 if quick else 11),
+        budget=args.budget or (0.05 if quick else 0.5),
         torch=not args.no_torch,
         reference=not args.no_reference,
         wait_idle=max(0.0, args.wait_idle),

@@ -94,11 +94,8 @@ def _torch_dtype(torch: Any, code: str) -> Any:
 
 
 def torch_call(case: Case) -> Optional[Callable[[], Any]]:
-    """A callable running the configuration in PyTorch, or None if PyTorch is not installed.
-
-    The callable returns the PyTorch result as a NumPy float32 array in the config's
-    data_format when called with ``as_numpy=True``.
-    """
+    """A callable running the configuration in PyTorch (returning a tensor; see
+    :func:`torch_to_numpy`), or None if PyTorch is not installed."""
     torch = torch_module()
     if torch is None:
         return None
@@ -152,17 +149,20 @@ def torch_call(case: Case) -> Optional[Callable[[], Any]]:
             return backward(dd, x, w, None, stride, pad, dilation, True, out_pad, lay.groups,
                             [False, True, False])[1]
 
-    def run(as_numpy: bool = False) -> Any:
+    def run() -> Any:
         with torch.inference_mode():
-            r = call()
-        if not as_numpy:
-            return r
-        r = r.float().contiguous().numpy()
-        if cfg.op == "bwd_w":
-            return np.moveaxis(r, (0, 1), (-1, -2)) if cfg.weights_format == "XOI" else r
-        return np.moveaxis(r, 1, -1) if nxc else r
+            return call()
 
     return run
+
+
+def torch_to_numpy(case: Case, result: Any) -> np.ndarray:
+    """A PyTorch result of :func:`torch_call` as float32 NumPy in the config's layouts."""
+    cfg = case.config
+    r = result.float().contiguous().numpy()
+    if cfg.op == "bwd_w":
+        return np.moveaxis(r, (0, 1), (-1, -2)) if cfg.weights_format == "XOI" else r
+    return np.moveaxis(r, 1, -1) if cfg.data_format == "NXC" else r
 
 
 # -- NumPy reference ----------------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""Which oneDNN kernels and reorders one steady-state call runs, per benchmark configuration.
+
+Usage::
+
+    python benchmarks/verbose_kernels.py models/unet/bwd_d/f32/NXC [more keys...]
+    python benchmarks/verbose_kernels.py --suite models --layers depthwise --dtypes f32
+
+It sets ONEDNN_VERBOSE=1 before oneDNN loads, runs each configuration three times (the
+first call compiles) and prints the ``exec`` lines of the last call: primitive kind,
+implementation, memory formats and milliseconds. ``reorder`` lines are layout conversions
+that the compiled partition does on every call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from typing import Any, Callable
+
+os.environ.setdefault("ONEDNN_VERBOSE", "1")
+
+
+def _exec_lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ",exec," in ln and ln.startswith("onednn_verbose")]
+
+
+def _captured(fn: Callable[[], Any]) -> str:
+    """What ``fn`` writes to the process's stdout (file descriptor 1), as text."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 1)
+        try:
+            fn()
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        tmp.seek(0)
+        return tmp.read().decode(errors="replace")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from onednn_convt.bench import suites
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("keys", nargs="*", help="configuration keys suite/layer/op/dtype/format")
+    p.add_argument("--suite", default=None)
+    p.add_argument("--layers", default=None)
+    p.add_argument("--ops", default=",".join(suites.OPS))
+    p.add_argument("--dtypes", default="f32")
+    p.add_argument("--formats", default=",".join(suites.FORMATS))
+    args = p.parse_args(argv)
+
+    configs = []
+    if args.suite:
+        configs += suites.configs(args.suite, args.ops.split(","), args.dtypes.split(","),
+                                  args.formats.split(","), layer_names=args.layers.split(",") if args.layers else None)
+    for key in args.keys:
+        suite, layer, op, dt, fmt = key.split("/")
+        configs += [c for c in suites.configs(suite, [op], [dt], [fmt], layer_names=[layer])]
+    if not configs:
+        p.error("no configuration given")
+
+    for cfg in configs:
+        case = cfg.build()
+        _captured(lambda: (case.op(*case.args), case.op(*case.args)))  # compile, warm up
+        text = _captured(lambda: case.op(*case.args))
+        print(f"== {cfg.key} ({cfg.layer.describe()}), lowering {case.op.lowering}")
+        for ln in _exec_lines(text):
+            f = ln.split(",")
+            # onednn_verbose,exec,cpu,<kind>,<impl>,<prop>,<mem formats>,<attrs>,<alg>,<shape>,<ms>
+            print("  " + " | ".join(f[3:7] + f[9:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
