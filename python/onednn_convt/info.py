@@ -88,8 +88,16 @@ def cache_info() -> dict[str, int]:
 
 
 def set_cache_capacity(capacity: int) -> None:
-    """Bound the compiled-partition cache (LRU) to ``capacity`` entries; 0 disables it."""
-    if not isinstance(capacity, int) or capacity < 0:
+    """Bound the compiled-partition cache (LRU) to ``capacity`` entries; 0 disables it.
+
+    Raises:
+        TypeError: ``capacity`` is not an int.
+        ValueError: ``capacity`` is negative.
+    """
+    if not isinstance(capacity, int) or isinstance(capacity, bool):
+        msg = f"set_cache_capacity: argument 'capacity' expected an int >= 0, got {capacity!r}"
+        raise TypeError(msg)
+    if capacity < 0:
         msg = f"set_cache_capacity: argument 'capacity' expected an int >= 0, got {capacity!r}"
         raise ValueError(msg)
     _core.set_cache_capacity(capacity)
