@@ -9,7 +9,6 @@ import json
 import math
 
 import pytest
-
 from onednn_convt.bench import report, runner, suites
 from onednn_convt.cli import main
 

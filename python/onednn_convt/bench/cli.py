@@ -20,8 +20,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from . import peers, report, runner, suites, timing
 
@@ -212,7 +213,7 @@ def measure_peak_for(quick: bool) -> dict[str, Any]:
 
 def _progress(rec: dict[str, Any]) -> str:
     if rec.get("error"):
-        return "ERROR " + rec["error"]
+        return f"ERROR {rec['error']}"
     text = f"{rec['median_ms']:.3g} ms, {rec['gflops']:.3g} GFLOP/s, compile {rec['compile_ms']:.3g} ms"
     if rec.get("torch_ms") is not None:
         text += f", torch {rec['torch_ms']:.3g} ms ({rec['vs_torch']:.2f}x)"

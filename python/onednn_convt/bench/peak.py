@@ -21,7 +21,7 @@ from ..errors import OneDNNError
 def _matmul(size: int, code: str) -> tuple[Any, list[np.ndarray], np.ndarray]:
     dense = ((size, size), (size, 1), code)
     compiled = _core.compile("MatMul", {}, [dense, dense], dense)
-    dtype = np.float32 if code == "f32" else np.dtype(np.uint16)  # bit patterns suffice
+    dtype: np.dtype[Any] = np.dtype(np.float32 if code == "f32" else np.uint16)  # bit patterns suffice
     rng = np.random.default_rng(0)
     if code == "f32":
         a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))

@@ -63,7 +63,7 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
 
 
 # -- PyTorch ------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_module() -> Any:
     """The ``torch`` module, or None if it is not installed."""
     try:

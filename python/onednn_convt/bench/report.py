@@ -10,8 +10,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from .runner import flagged
 
@@ -150,10 +151,10 @@ def markdown_table(records: Sequence[Record]) -> str:
 def header_lines(meta: dict[str, Any], peak: Optional[dict[str, Any]]) -> list[str]:
     """What ran: versions, CPU, threads, peak."""
     lines = [
-        f"oneDNN {meta['onednn_version']} ({meta['onednn_commit'][:12]}) from {meta['libdnnl']}, "
-        f"runtime {meta['cpu_runtime']}, ISA {meta['cpu_isa']}",
-        f"threads {meta['threads']} (oneDNN/OpenMP {meta['omp_threads']}, PyTorch {meta.get('torch_threads')}) "
-        f"on {meta['cpus']} CPUs; {meta['cpu_model']}",
+        (f"oneDNN {meta['onednn_version']} ({meta['onednn_commit'][:12]}) from {meta['libdnnl']}, "
+         f"runtime {meta['cpu_runtime']}, ISA {meta['cpu_isa']}"),
+        (f"threads {meta['threads']} (oneDNN/OpenMP {meta['omp_threads']}, PyTorch {meta.get('torch_threads')}) "
+         f"on {meta['cpus']} CPUs; {meta['cpu_model']}"),
         "PyTorch " + (f"{meta['torch']} (bundles oneDNN {meta['torch_onednn']})" if meta.get("torch") else "not installed"),
         "dtypes: " + ", ".join(f"{k} {v}" for k, v in meta["dtype_support"].items()),
     ]
@@ -243,7 +244,8 @@ def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
     sel = [r for r in recs if r["suite"] == "tiny"]
     text = "tiny: binding overhead <= 2 us over the native loop; total <= 1.3x PyTorch"
     if sel:
-        fig, met = [], True
+        parts4: list[str] = []
+        met = True
         for label, d in (("f32", [r for r in sel if r["dtype"] == "f32"]), ("all dtypes", sel)):
             if not d:
                 continue
@@ -255,15 +257,15 @@ def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
                 part += f", worst time/PyTorch {1 / wt['vs_torch']:.2f}x ({wt['key']})"
                 met = met and 1 / wt["vs_torch"] <= 1.3
             met = met and w["overhead_us"] <= 2.0
-            fig.append(part)
-        add(4, text, "; ".join(fig), met)
+            parts4.append(part)
+        add(4, text, "; ".join(parts4), met)
     else:
         add(4, text, "not run", None)
 
     # 5. f16 against f32
-    f32 = {(r["suite"], r["layer"], r["op"], r["format"]): r for r in recs if r["dtype"] == "f32"}
-    pairs = [(r, f32[k]) for r in recs if r["dtype"] == "f16"
-             and (k := (r["suite"], r["layer"], r["op"], r["format"])) in f32]
+    same = {(r["suite"], r["layer"], r["op"], r["format"]): r for r in recs if r["dtype"] == "f32"}
+    pairs = [(r, same[k]) for r in recs if r["dtype"] == "f16"
+             and (k := (r["suite"], r["layer"], r["op"], r["format"])) in same]
     text = "f16 (emulated here) <= 1.5x the f32 time of the same configuration"
     if pairs:
         ratios = [(a["median_ms"] / b["median_ms"], a["key"]) for a, b in pairs]

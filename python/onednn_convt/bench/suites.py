@@ -21,8 +21,9 @@ Suites (issue 4):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
@@ -136,7 +137,7 @@ class Config:
             return (lay.ic, o, *lay.kernel)
         return (*lay.kernel, o, lay.ic)
 
-    def build(self, seed: int = 0) -> "Case":
+    def build(self, seed: int = 0) -> Case:
         """The op object and its inputs (values from a seeded normal, rounded to the dtype)."""
         from .. import ops
 
