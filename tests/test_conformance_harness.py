@@ -251,6 +251,11 @@ def test_syntax_errors_make_following_cases_invalid(case_dir: Path) -> None:
         and "unknown option '--bogus=1'" in tail.reason
         and tail.location == "h:3"
     )
+    # the id is the line with the error: the repro runs into it again
+    assert a.id == "--reset --op-attrs=0:strides --case=op/fwd.json --case=op/fwd.json"
+    assert tail.id == "--reset --bogus=1"
+    [again, _] = parse_text(a.id, "line", base_dir=str(case_dir))
+    assert again.status == INVALID and again.reason == a.reason.replace("h:1", "line:1")
 
 
 def test_unbalanced_quote_is_reported(case_dir: Path) -> None:

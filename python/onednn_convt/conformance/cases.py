@@ -144,16 +144,11 @@ class Case:
         floats = [t.dtype for t in self.inputs if t.role != "weights_shape"]
         return floats[0] if floats else None
 
-    @property
-    def line(self) -> str:
-        """The options after ``--reset`` (the id without it)."""
-        return self.id.removeprefix("--reset").strip()
-
     def repro(self) -> str:
         """A shell command that runs this case alone."""
         return (
             f"onednn-convt conformance --cases-root {shlex.quote(os.path.abspath(self.root))} "
-            f"--line {shlex.quote(self.id)}"
+            f"--line={shlex.quote(self.id)}"
         )
 
 

@@ -227,6 +227,8 @@ class _Reader:
         self.state = _State()
         self.depth = 0
         self.error_where = ""
+        self.error_line = ""
+        self.current_line = ""
 
     def resolve(self, case_path: str, base_dir: str) -> tuple[str, str, list[str]]:
         """(full path or '', root it was found under, directories tried)."""
@@ -248,8 +250,10 @@ class _Reader:
 
     def run_case(self, case_path: str, where: str, base_dir: str) -> None:
         st = self.state
-        if st.error:
-            line = " ".join(["--reset", *st.extra, f"--case={case_path}"])
+        if st.error:  # the line with the error, so that the repro shows it again
+            line = self.error_line
+            if f"--case={case_path}" not in shlex.split(line, comments=True):
+                line = f"{line} --case={case_path}"
             self.cases.append(
                 Case(id=line, location=where, root=base_dir, status=INVALID, reason=st.error)
             )
@@ -300,6 +304,7 @@ class _Reader:
     def fail(self, reason: str, where: str) -> None:
         if not self.state.error:
             self.state.error, self.error_where = reason, where
+            self.error_line = self.current_line.split("#", 1)[0].strip()
 
     def batch(self, path: str, where: str, base_dir: str) -> None:
         full = path if os.path.isabs(path) else os.path.join(base_dir, path)
@@ -314,6 +319,7 @@ class _Reader:
     def lines(self, text: str, shown: str, base_dir: str) -> None:
         for lineno, line in enumerate(text.splitlines(), 1):
             where = f"{shown}:{lineno}"
+            self.current_line = line
             try:
                 tokens = shlex.split(line, comments=True)
             except ValueError as e:
@@ -326,7 +332,7 @@ class _Reader:
         if self.state.error and self.error_where:  # an error no --case consumed
             self.cases.append(
                 Case(
-                    id=f"# {self.error_where}",
+                    id=self.error_line,
                     location=self.error_where,
                     root=base_dir,
                     status=INVALID,
