@@ -16,8 +16,13 @@ from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackward
 
 
 @functools.lru_cache(maxsize=128)
-def _cached(cls: type[_Op], items: tuple[tuple[str, Any], ...]) -> _Op:
+def _cached(cls: type[_Op], items: tuple[tuple[str, Any], ...], types: Any) -> _Op:
     return cls(**dict(items))
+
+
+def _types(v: Any) -> Any:
+    """The types inside an attribute value: True == 1 == 1.0 must not share a cached op."""
+    return tuple(_types(x) for x in v) if isinstance(v, (list, tuple)) else type(v)
 
 
 def _op(cls: type[_Op], attrs: dict[str, Any]) -> Any:
@@ -26,7 +31,7 @@ def _op(cls: type[_Op], attrs: dict[str, Any]) -> Any:
         hash(items)
     except TypeError:  # an unhashable value: let the constructor report it
         return cls(**attrs)
-    return _cached(cls, items)
+    return _cached(cls, items, tuple((k, _types(v)) for k, v in items))
 
 
 def conv_transpose(
