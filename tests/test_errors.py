@@ -156,3 +156,12 @@ def test_onednn_errors_keep_their_status():
     assert isinstance(info.value, RuntimeError)
     assert info.value.status == 8 and info.value.status_name == "invalid_graph_op"
     assert "status 8" in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "bad"), [("groups", True), ("groups", 1.0), ("strides", 2.0), ("strides", [2.0])])
+def test_functional_cache_does_not_hide_type_errors(name, bad):
+    """True == 1 == 1.0 in Python: a cached op for the valid value must not answer for these."""
+    good = {"groups": 1, "strides": 2}
+    oc.conv_transpose(X, WT, **NCX, **good)
+    with pytest.raises(TypeError, match=f"ConvTranspose: attribute '{name}'"):
+        oc.conv_transpose(X, WT, **NCX, **{**good, name: bad})
