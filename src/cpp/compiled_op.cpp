@@ -72,6 +72,10 @@ std::string find_string(const Attrs &attrs, const char *name, const char *fallba
     return s ? *s : fallback;
 }
 
+// Sizes, pads, strides and dilations beyond this overflow oneDNN's shape arithmetic, which
+// then accepts inconsistent problems (a pads_end of 2^62 passes its consistency check).
+constexpr int64_t kMaxValue = (int64_t{1} << 31) - 1;
+
 // MatMul [batch..., M, K] x [K, N] -> [batch..., M, N], no attributes.
 void check_matmul(const OpSpec &s) {
     const std::string &k = s.kind;
@@ -99,10 +103,13 @@ void check_arguments(const OpSpec &s) {
         // inputs 0 and 1 are activations or weights; input 2 is a bias or weights_shape
         if (i < 2 && t.shape.size() != rank) invalid(k, "tensor ranks differ");
         for (auto d : t.shape)
-            if (d < 1) invalid(k, "every dimension must be >= 1");
+            if (d < 1 || d > kMaxValue) invalid(k, "every dimension must be in [1, 2^31)");
     }
     for (auto d : s.output.shape)
-        if (d < 1) invalid(k, "every dimension must be >= 1");
+        if (d < 1 || d > kMaxValue) invalid(k, "every dimension must be in [1, 2^31)");
+    if (const Dims *ws = find_dims(s.attrs, "weights_shape"))
+        for (auto x : *ws)
+            if (x < 0 || x > kMaxValue) invalid(k, "attribute weights_shape out of range");
     const char *lists[] = {"strides", "dilations", "pads_begin", "pads_end"};
     for (const char *name : lists) {
         const Dims *v = find_dims(s.attrs, name);
@@ -111,11 +118,11 @@ void check_arguments(const OpSpec &s) {
             invalid(k, std::string("attribute ") + name + " needs one entry per spatial dim");
         const int64_t low = (name[0] == 'p') ? 0 : 1;
         for (auto x : *v)
-            if (x < low) invalid(k, std::string("attribute ") + name + " out of range");
+            if (x < low || x > kMaxValue) invalid(k, std::string("attribute ") + name + " out of range");
     }
     if (const Dims *op = find_dims(s.attrs, "output_padding")) {
         for (auto x : *op)
-            if (x < 0) invalid(k, "attribute output_padding out of range");
+            if (x < 0 || x > kMaxValue) invalid(k, "attribute output_padding out of range");
     }
     int64_t groups = 1;
     if (auto it = s.attrs.find("groups"); it != s.attrs.end()) {
