@@ -1,0 +1,236 @@
+"""Threads: many Python threads on one op object and on different ones, a compiled-partition
+cache evicting under pressure, and proof that the GIL is released while oneDNN runs.
+
+Every threaded result is compared bit for bit with the same call made serially first: a
+compiled partition computes the same bits whatever thread runs it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import ml_dtypes
+import numpy as np
+import onednn_convt as oc
+import pytest
+from helpers import Config
+
+THREADS = 8
+
+
+def run_threads(n: int, target: Callable[[int], Any]) -> list[Any]:
+    """Run ``target(i)`` for i in range(n) on n threads released together; return results."""
+    barrier = threading.Barrier(n)
+
+    def start(i: int) -> Any:
+        barrier.wait()
+        return target(i)
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(start, range(n)))
+
+
+def problem(cfg: Config, seed: int, dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t = cfg.tensors(np.random.default_rng(seed))
+    return t["src"].astype(dtype), t["weights"].astype(dtype), t["diff_dst"].astype(dtype)
+
+
+#: (op factory, inputs factory) per kind of call; each thread cycles through them.
+CFG = Config(src=(9, 7), kernel=(3, 3), n=2, ic=6, oc=4, groups=2, strides=2, pads_begin=1, pads_end=1,
+             data_format="NXC", weights_format="XOI")
+CFG_3D = Config(src=(3, 4, 3), kernel=(2, 3, 2), n=1, ic=3, oc=6, groups=3, strides=(1, 2, 2), dilations=(2, 1, 1),
+                data_format="NCX", weights_format="IOX")
+CFG_LONG = Config(src=(12,), kernel=(128,), n=1, ic=2, oc=3, strides=32, pads_begin=48, pads_end=48)  # MatMul lowering
+
+
+def calls(seed: int) -> list[tuple[str, Callable[[], np.ndarray]]]:
+    """A mix of ops, dtypes (native and emulated), lowerings and out= paths, each a closure."""
+    result = []
+    for name, cfg, dtype in (
+        ("2d f32", CFG, np.float32), ("3d f32", CFG_3D, np.float32), ("2d bf16", CFG, ml_dtypes.bfloat16),
+        ("3d f16", CFG_3D, np.float16), ("matmul f32", CFG_LONG, np.float32),
+    ):
+        x, w, y = problem(cfg, seed, dtype)
+        fwd = oc.ConvTranspose(**cfg.attrs())
+        bwd_d = oc.ConvTransposeBackwardData(**cfg.attrs(oc.ConvTransposeBackwardData.op_name))
+        bwd_w = oc.ConvTransposeBackwardWeights(weights_shape=cfg.weights_shape, **cfg.attrs("ConvTransposeBackwardWeights"))
+        out = np.empty(cfg.dst_shape, dtype)
+        result += [
+            (f"{name} fwd", lambda fwd=fwd, x=x, w=w: fwd(x, w)),
+            (f"{name} fwd out=", lambda fwd=fwd, x=x, w=w, out=out: fwd(x, w, out=out).copy()),
+            (f"{name} bwd_d", lambda op=bwd_d, y=y, w=w: op(y, w)),
+            (f"{name} bwd_w", lambda op=bwd_w, x=x, y=y: op(x, y)),
+        ]
+    return result
+
+
+def test_one_op_object_from_many_threads():
+    """The same op object, the same signature (the C++ fast path), different data per thread."""
+    op = oc.ConvTranspose(**CFG.attrs())
+    inputs = [problem(CFG, seed)[:2] for seed in range(THREADS)]
+    serial = [op(x, w) for x, w in inputs]
+
+    def work(i: int) -> list[np.ndarray]:
+        x, w = inputs[i]
+        return [op(x, w) for _ in range(40)]
+
+    for i, results in enumerate(run_threads(THREADS, work)):
+        for got in results:
+            np.testing.assert_array_equal(got, serial[i])
+
+
+def test_one_op_object_many_signatures_from_many_threads():
+    """Threads changing the signature under one op object: its plan table fills past its 16
+    slots and evicts while other threads read it."""
+    op = oc.ConvTranspose(strides=2, pads_begin=1)
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((3, 2, 4)).astype(np.float32)  # XOI, IC=4, OC=2
+    srcs = [rng.standard_normal((1, n, 4)).astype(np.float32) for n in range(1, 25)]  # 24 signatures
+    serial = [op(x, w) for x in srcs]
+
+    def work(i: int) -> list[tuple[int, np.ndarray]]:
+        order = np.random.default_rng(i).permutation(len(srcs))
+        return [(int(j), op(srcs[j], w)) for _ in range(3) for j in order]
+
+    for results in run_threads(THREADS, work):
+        for j, got in results:
+            np.testing.assert_array_equal(got, serial[j])
+
+
+def test_different_ops_dtypes_and_lowerings_from_many_threads():
+    mix = calls(seed=3)
+    serial = {name: call() for name, call in mix}
+
+    def work(i: int) -> list[tuple[str, np.ndarray]]:
+        order = np.random.default_rng(i).permutation(len(mix))
+        return [(mix[j][0], mix[j][1]()) for _ in range(3) for j in order]
+
+    for results in run_threads(THREADS, work):
+        for name, got in results:
+            np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(serial[name], np.float32), err_msg=name)
+
+
+@pytest.fixture
+def small_cache():
+    """A compiled-partition cache of 2 entries for the test, restored after."""
+    capacity = oc.cache_info()["capacity"]
+    oc.set_cache_capacity(2)
+    yield
+    oc.set_cache_capacity(capacity)
+
+
+def test_shared_cache_evicting_under_pressure(small_cache):
+    """New op objects per call (every call goes to the shared cache) over 8 signatures with
+    room for 2: compiled partitions are evicted while other threads still run them."""
+    cfgs = [CFG.with_(src=(s, s + 1), strides=st) for s in (3, 4) for st in (1, 2)] + [
+        CFG_3D.with_(src=(2, 3, s)) for s in (2, 3, 4, 5)
+    ]
+    data = [problem(cfg, i)[:2] for i, cfg in enumerate(cfgs)]
+    serial = [oc.ConvTranspose(**cfg.attrs())(x, w) for cfg, (x, w) in zip(cfgs, data)]
+    before = oc.cache_info()
+
+    def work(i: int) -> list[tuple[int, np.ndarray]]:
+        order = np.random.default_rng(i).permutation(len(cfgs))
+        return [(int(j), oc.ConvTranspose(**cfgs[j].attrs())(*data[j])) for _ in range(4) for j in order]
+
+    for results in run_threads(THREADS, work):
+        for j, got in results:
+            np.testing.assert_array_equal(got, serial[j])
+    after = oc.cache_info()
+    assert after["size"] <= 2
+    assert after["misses"] - before["misses"] > len(cfgs)  # it really evicted and recompiled
+
+
+def test_invalid_calls_in_other_threads_do_not_disturb_valid_ones():
+    op = oc.ConvTranspose(**CFG.attrs())
+    x, w, _ = problem(CFG, 11)
+    expected = op(x, w)
+    bad = np.ones((2, 5, 5), np.float32)
+
+    def work(i: int) -> int:
+        errors = 0
+        for _ in range(30):
+            if i % 2:
+                with pytest.raises(ValueError, match="ConvTranspose"):
+                    op(bad, w)
+                errors += 1
+            else:
+                np.testing.assert_array_equal(op(x, w), expected)
+        return errors
+
+    assert sum(run_threads(THREADS, work)) == 30 * THREADS // 2
+
+
+# -- the GIL ---------------------------------------------------------------------------------
+def medium_problem(reversed_src: bool = False) -> tuple[Callable[[], np.ndarray], float]:
+    """A ConvTranspose of about 50 ms here, and its duration.
+
+    With ``reversed_src`` the src is a view with a negative stride, which the op copies on
+    every call: the Python plan path (``_Plan.run``) instead of the C++ fast path.
+    """
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 64, 64, 64)).astype(np.float32)  # NXC
+    if reversed_src:
+        x = np.flip(x, 1)
+    w = rng.standard_normal((4, 4, 32, 64)).astype(np.float32)  # XOI
+    op = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1)
+    op(x, w)
+    assert (op._fast is None) == reversed_src  # the path the caller asked for
+    start = time.perf_counter()
+    op(x, w)
+    return (lambda: op(x, w)), time.perf_counter() - start
+
+
+def python_progress_during(call: Callable[[], Any]) -> tuple[float, float]:
+    """Run ``call`` on another thread while this thread counts in Python.
+
+    Returns (the call's duration, the longest stretch inside it with no Python progress
+    here). With the GIL held through the native code, the stretch is the whole native call.
+    """
+    stamps: list[float] = []
+    window: list[float] = []
+    started = threading.Event()
+
+    def worker() -> None:
+        started.set()
+        window.append(time.perf_counter())
+        call()
+        window.append(time.perf_counter())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    started.wait()
+    while t.is_alive():
+        stamps.append(time.perf_counter())
+    t.join()
+    t0, t1 = window
+    inside = [t0] + [s for s in stamps if t0 < s < t1] + [t1]
+    return t1 - t0, max(b - a for a, b in zip(inside, inside[1:]))
+
+
+@pytest.mark.parametrize("path", ["fast", "plan"])
+def test_gil_is_released_during_the_call(path):
+    """Python keeps running on another thread while oneDNN executes, on the C++ fast path
+    and on the Python plan path."""
+    call, duration = medium_problem(reversed_src=path == "plan")
+    assert duration > 0.01, "the problem is too small to tell"
+    # best of 5: on a loaded machine the OS may not schedule this thread for a while
+    runs = [python_progress_during(call) for _ in range(5)]
+    ratio = min(gap / total for total, gap in runs)
+    assert ratio < 0.5, "no Python progress for most of each call: " + ", ".join(
+        f"{gap * 1e3:.0f} of {total * 1e3:.0f} ms" for total, gap in runs
+    )
+
+
+
+def test_the_gil_measure_sees_a_held_gil():
+    """The measure itself: a native call that keeps the GIL (usleep through ctypes.PyDLL)
+    shows no Python progress for nearly all of its run."""
+    import ctypes
+
+    libc = ctypes.PyDLL(None)  # PyDLL: the GIL stays held during the call
+    runs = [python_progress_during(lambda: libc.usleep(100_000)) for _ in range(3)]
+    assert all(gap > 0.8 * total for total, gap in runs), runs
