@@ -231,7 +231,7 @@ def test_onednn_cases_all_pass() -> None:
     ]
     cases = collect([os.path.join(ONEDNN, n) for n in names])
     assert len(cases) == 37 + 4 * 21 + 9
-    results = run_cases(cases)
+    results = run_cases(cases, jobs=2)  # worker processes with one BLAS and one OpenMP thread each
     failed = [
         f"{r.case.location} {r.case.id}: {r.outcome} {r.message}"
         for r in results

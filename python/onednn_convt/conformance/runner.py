@@ -241,7 +241,8 @@ def run_cases(
 
     Args:
         cases: the cases.
-        jobs: worker processes (spawned, each with OMP_NUM_THREADS = cores // jobs).
+        jobs: worker processes (spawned, each with OMP_NUM_THREADS and OPENBLAS_NUM_THREADS
+            = cores // jobs).
         strict_dtypes: see :func:`run_case`.
         on_result: called with (index, result) as each case finishes.
 
@@ -267,8 +268,10 @@ def _iterate(cases: Sequence[Case], jobs: int, strict: bool) -> Iterator[tuple[i
     import os
 
     threads = str(max(1, (os.cpu_count() or 1) // jobs))
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = threads  # read by libgomp when a worker starts
+    # read by libgomp (oneDNN) and OpenBLAS (the NumPy reference) when a worker starts
+    keys = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(dict.fromkeys(keys, threads))
     try:
         context = multiprocessing.get_context("spawn")  # libgomp does not survive fork
         with concurrent.futures.ProcessPoolExecutor(
@@ -278,7 +281,8 @@ def _iterate(cases: Sequence[Case], jobs: int, strict: bool) -> Iterator[tuple[i
             for future in concurrent.futures.as_completed(futures):
                 yield future.result()
     finally:
-        if saved is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
