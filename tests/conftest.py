@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-import onednn_convt
+import os
+
+# oneDNN's OpenMP threads spin for a while after each op and starve the BLAS threads that
+# the NumPy reference uses (the conformance cases ran 6x slower). Tests time nothing, so
+# idle OpenMP threads sleep here. Must be set before libgomp loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import onednn_convt  # noqa: E402
 
 
 def pytest_report_header(config):  # noqa: ARG001 - pytest hook signature
