@@ -177,8 +177,9 @@ def _needs_copy(a: np.ndarray) -> bool:
 def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:
     """Raise ValueError where oneDNN's 32-bit shape arithmetic would overflow.
 
-    Every tensor dim, and per spatial dim the sum of the larger activation size, the dilated
-    kernel extent, both pads, the stride and the output_padding, must stay below 2**31.
+    Every tensor dim, every dilation, and per spatial dim the sum of the larger activation
+    size, the dilated kernel extent, both pads, the stride and the output_padding, must stay
+    below 2**31.
     """
     tensors = [tuple(arrays[i].shape) for i in low.inputs] + [tuple(low.out_shape)]
     for shape in tensors:
@@ -204,11 +205,11 @@ def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:
         s, d, pb, pe = a["strides"][i], a["dilations"][i], a["pads_begin"][i], a["pads_end"][i]
         ek = d * (k - 1) + 1
         need = max(xs[i], ys[i]) + ek + pb + pe + s + op_pad[i]
-        if need > INT32_MAX:
+        if max(d, need) > INT32_MAX:  # the dilation alone too: it reaches oneDNN even for k = 1
             msg = (
                 f"{op}: spatial dim {i} combines size {max(xs[i], ys[i])}, kernel extent {ek} "
                 f"(kernel {k}, dilation {d}), pads {pb}/{pe} and stride {s} into {need}; oneDNN "
-                "computes these in 32-bit integers, so the sum must stay below 2**31"
+                "computes these in 32-bit integers, so the dilation and the sum must stay below 2**31"
             )
             raise ValueError(msg)
 
