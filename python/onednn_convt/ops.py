@@ -13,6 +13,7 @@ Layouts: activations are NXC (default) or NCX by ``data_format``; weights are XO
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
@@ -25,6 +26,13 @@ from .schema import IntList
 
 #: (library op kind, dtype code) -> whether the library compiles it natively here.
 _NATIVE: dict[tuple[str, str], bool] = {}
+
+#: Library op kinds whose compiled partition must not run on two threads at once. oneDNN 3.2's
+#: ConvTransposeBackwardWeights shares its reduction scratchpad (and the barrier in it) between
+#: concurrent executions of one compiled partition: wrong results, or threads spinning forever.
+#: Distinct compiled partitions are independent, so the lock is per partition (striped).
+_SERIALIZED_KINDS = frozenset({"ConvTransposeBackwardWeights"})
+_EXEC_LOCKS = tuple(threading.Lock() for _ in range(64))
 
 
 @dataclass
@@ -70,6 +78,15 @@ class _Plan:
     fixers: list[Optional[Callable[[np.ndarray], np.ndarray]]] = field(default_factory=list)
     #: the C++ fast path for arrays that match this plan exactly (direct plans only)
     executor: Any = None
+    #: held while the library runs, for kinds that are not thread-safe (_SERIALIZED_KINDS)
+    lock: Any = None
+
+    def _execute(self, args: list[np.ndarray], out: np.ndarray) -> None:
+        if self.lock is None:
+            self.compiled.execute(args, out)
+        else:
+            with self.lock:
+                self.compiled.execute(args, out)
 
     @property
     def direct(self) -> bool:
@@ -87,14 +104,14 @@ class _Plan:
                 out = limits.nan_filled(low.out_shape, self.dtype) if fill else np.empty(low.out_shape, self.dtype)
             elif fill:
                 out[...] = np.nan
-            self.compiled.execute(args, out)
+            self._execute(args, out)
             return out
         compute = np.dtype(np.float32) if self.emulated else self.dtype
         shape = low.library_shape if low.finish else low.out_shape
         result = limits.nan_filled(shape, compute) if fill else np.empty(shape, compute)
         if fill and out is not None:
             out[...] = np.nan
-        self.compiled.execute(args, result)
+        self._execute(args, result)
         if low.finish is not None:
             result = low.finish(result, arrays)
         return dtypes.round_f32(result, self.dtype, out)
@@ -285,7 +302,9 @@ class _Op:
             lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc
         )
         plan = _Plan(compiled, lowering, dtype, emulated, fixers if any(fixers) else [])
-        if plan.direct and not plan.fixers:
+        if lowering.kind in _SERIALIZED_KINDS:  # no C++ fast path: it could not take the lock
+            plan.lock = _EXEC_LOCKS[hash(compiled.key) % len(_EXEC_LOCKS)]
+        elif plan.direct and not plan.fixers:
             plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype)
         return plan
 
