@@ -101,11 +101,40 @@ def set_cache_capacity(capacity: int) -> None:
         msg = f"set_cache_capacity: argument 'capacity' expected an int >= 0, got {capacity!r}"
         raise ValueError(msg)
     _core.set_cache_capacity(capacity)
+    _library_caches([capacity, capacity])
+
+
+# oneDNN keeps its own caches behind ours: compiled partitions (Graph API) and primitives,
+# 1024 entries each by default. Unless they are bounded too, a partition that our cache
+# evicts stays alive there with its JIT code (measured: 400 evicted partitions kept ~70 MB).
+_LIBRARY_CACHES = ("dnnl_graph_{}_compiled_partition_cache_capacity", "dnnl_{}_primitive_cache_capacity")
+
+
+def _library_caches(capacities: list[int] | None = None) -> list[int]:
+    """oneDNN's own cache capacities (compiled partitions, primitives), set to ``capacities``
+    if given; returns the values before. Empty if this libdnnl lacks the entry points."""
+    from . import LIBDNNL_PATH
+
+    old: list[int] = []
+    try:
+        lib = ctypes.CDLL(LIBDNNL_PATH)
+        for i, name in enumerate(_LIBRARY_CACHES):
+            value = ctypes.c_int()
+            getattr(lib, name.format("get"))(ctypes.byref(value))
+            old.append(value.value)
+            if capacities is not None:
+                getattr(lib, name.format("set"))(ctypes.c_int(min(capacities[i], 2**31 - 1)))
+    except (OSError, AttributeError):
+        return []
+    return old
 
 
 def clear_cache() -> None:
-    """Drop every cached compiled partition and reset the counters."""
+    """Drop every cached compiled partition (ours and oneDNN's own) and reset the counters."""
     _core.clear_cache()
+    old = _library_caches([0, 0])  # a capacity of 0 empties them; then the old capacities back
+    if old:
+        _library_caches(old)
 
 
 def add_arguments(parser: Any) -> None:

@@ -1,0 +1,325 @@
+"""Memory: no growth over many calls, evicted compiled partitions freed, no allocation on the
+``out=`` path, and huge problems refused with MemoryError before anything is allocated.
+
+RSS is read from ``/proc/self/statm``. Figures are printed (``pytest -s``) for the record.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import subprocess
+import sys
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import onednn_convt as oc
+import pytest
+from onednn_convt import limits
+
+MB = 2**20
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss() -> int:
+    """Resident set size of this process, in bytes."""
+    with open("/proc/self/statm", encoding="ascii") as fh:
+        return int(fh.read().split()[1]) * PAGE
+
+
+@pytest.fixture
+def cache_capacity():
+    """Set the compiled-partition cache capacity for the test; restore it after."""
+    before = oc.cache_info()["capacity"]
+    yield oc.set_cache_capacity
+    oc.set_cache_capacity(before)
+
+
+@pytest.fixture
+def memory_limit():
+    """Set the memory limit for the test; back to the default (or the environment's) after."""
+    before = limits._limit
+    yield oc.set_memory_limit
+    limits._limit = before
+
+
+# -- RSS -------------------------------------------------------------------------------------
+def tiny_calls() -> list:
+    """Tiny ops on each per-call path: the C++ fast path (new result, and out=) and the Python
+    plan path (BackwardWeights, which runs under a lock, and an emulated dtype)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 5, 3)).astype(np.float32)  # NXC: N=1, W=5, C=3
+    w = rng.standard_normal((2, 4, 3)).astype(np.float32)  # XOI: k=2, OC=4, IC=3
+    y = rng.standard_normal((1, 6, 4)).astype(np.float32)
+    fwd = oc.ConvTranspose()
+    out = fwd(x, w)
+    bwd_w = oc.ConvTransposeBackwardWeights(weights_shape=w.shape)
+    wout = bwd_w(x, y)
+    xb, wb = x.astype(ml_dtypes.bfloat16), w.astype(ml_dtypes.bfloat16)
+    bf16 = oc.ConvTranspose()
+    return [
+        lambda: fwd(x, w),
+        lambda: fwd(x, w, out=out),
+        lambda: bwd_w(x, y, out=wout),
+        lambda: bf16(xb, wb),
+    ]
+
+
+def test_100k_calls_keep_rss_flat():
+    """100,000 calls of tiny ops, over every per-call path, after 10,000 to settle."""
+    calls = tiny_calls()
+    weights = (4, 2, 1, 1)  # calls per round of each: 50k fast, 25k out=, 12.5k plan, 12.5k emulated
+    rounds = 100_000 // sum(weights)
+    schedule = [c for c, n in zip(calls, weights) for _ in range(n)]
+    for _ in range(rounds // 10):
+        for call in schedule:
+            call()
+    settled = rss()
+    for _ in range(rounds):
+        for call in schedule:
+            call()
+    grown = rss() - settled
+    print(f"\nRSS settled at {settled / MB:.1f} MB; after 100,000 calls {grown / MB:+.2f} MB")
+    assert grown < 10 * MB
+
+
+def compile_many(first: int, count: int) -> None:
+    """Compile ``count`` distinct signatures (batch sizes), each in an op object then dropped."""
+    w = np.ones((3, 3, 8, 8), np.float32)
+    for n in range(first, first + count):
+        oc.ConvTranspose(strides=2)(np.ones((n, 9, 8, 8), np.float32), w)
+
+
+def retained_by_compiling(count: int) -> int:
+    compile_many(1, 30)  # settle: allocator pools, oneDNN's first-use state
+    before = rss()
+    compile_many(31, count)
+    return rss() - before
+
+
+def test_evicted_compiled_partitions_are_freed(cache_capacity):
+    """With room for 2, compiling 150 more signatures keeps RSS flat (oneDNN's own caches are
+    bounded too; ~2.6 KB per distinct signature stays in oneDNN's graph backend)."""
+    cache_capacity(2)
+    grown = retained_by_compiling(150)
+    print(f"\ncache capacity 2: RSS {grown / MB:+.2f} MB after compiling and evicting 150 partitions")
+    assert oc.cache_info()["size"] <= 2
+    assert grown < 10 * MB
+
+
+def test_kept_compiled_partitions_are_what_the_measure_sees(cache_capacity):
+    """The control: with room for all of them, the same 150 partitions stay, and RSS shows it
+    (so the test above would see partitions that eviction failed to free)."""
+    cache_capacity(10_000)
+    grown = retained_by_compiling(150)
+    print(f"\ncache capacity 10000: RSS {grown / MB:+.2f} MB after compiling 150 partitions")
+    assert grown > 15 * MB
+
+
+@pytest.mark.parametrize("op_name", ["ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights"])
+def test_out_path_allocates_nothing_per_call(op_name):
+    """Native f32 with out=: no output-sized allocation and nothing kept, per tracemalloc
+    (NumPy reports its array buffers to it). An emulated dtype converts, so it is not here."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 32, 32, 16)).astype(np.float32)  # NXC
+    w = rng.standard_normal((3, 3, 16, 16)).astype(np.float32)  # XOI
+    y = rng.standard_normal((2, 65, 65, 16)).astype(np.float32)
+    if op_name == "ConvTranspose":
+        op, args = oc.ConvTranspose(strides=2), (x, w)
+    elif op_name == "ConvTransposeBackwardData":
+        op, args = oc.ConvTransposeBackwardData(strides=2), (y, w)
+    else:
+        op, args = oc.ConvTransposeBackwardWeights(strides=2, weights_shape=w.shape), (x, y)
+    out = op(*args)
+    biggest = max(out.nbytes, 64 * 1024)
+    for _ in range(50):
+        op(*args, out=out)
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        most = 0  # the most one call had allocated at once
+        for _ in range(500):
+            before, _ = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            assert op(*args, out=out) is out
+            most = max(most, tracemalloc.get_traced_memory()[1] - before)
+        gc.collect()  # NumPy's may_share_memory leaves 56 B per call until a collection
+        end, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    print(f"\n{op_name} out=: at most {most} B allocated during one call, {end - start} B kept after 500")
+    assert most < biggest / 16
+    assert end - start < 1024
+
+
+# -- huge problems ---------------------------------------------------------------------------
+def huge_forward() -> tuple[oc.ConvTranspose, np.ndarray, np.ndarray, int]:
+    """A forward call whose dst (NXC, 64 channels, ~2**36 elements, 256 GiB) cannot fit."""
+    x = np.ones((1, 2**14, 1), np.float32)
+    w = np.ones((1, 64, 1), np.float32)  # XOI: k=1, OC=64, IC=1
+    op = oc.ConvTranspose(strides=2**16)
+    dst_bytes = (2**16 * (2**14 - 1) + 1) * 64 * 4
+    return op, x, w, dst_bytes
+
+
+def test_huge_output_raises_memory_error_before_allocating():
+    op, x, w, dst_bytes = huge_forward()
+    available = limits.available_memory()
+    assert available is not None and dst_bytes > available
+    before = rss()
+    with pytest.raises(MemoryError) as info:
+        op(x, w)
+    message = str(info.value)
+    assert "ConvTranspose" in message and "memory available now" in message
+    figure = f"{dst_bytes / 2**30:.1f} GiB"  # the estimate, which is mostly the result
+    assert f"would allocate about {figure}" in message and f"result {figure}" in message
+    assert rss() - before < 16 * MB
+    assert op.last_plan is None  # nothing was compiled either
+
+
+def test_set_memory_limit(memory_limit):
+    x = np.ones((1, 64, 64, 16), np.float32)  # NXC
+    w = np.ones((2, 2, 16, 16), np.float32)  # XOI; dst (1, 128, 128, 16): 1 MiB
+    op = oc.ConvTranspose(strides=2)
+    memory_limit(MB // 2)
+    assert oc.memory_limit() == MB // 2
+    with pytest.raises(MemoryError, match=r"over the limit of 512\.0 KiB \(set by set_memory_limit"):
+        op(x, w)
+    memory_limit(None)  # back to the available memory (read again: it moves a little)
+    assert oc.memory_limit() == pytest.approx(limits.available_memory(), rel=0.05)
+    assert op(x, w).shape == (1, 128, 128, 16)
+
+
+def test_out_is_not_counted_but_emulation_copies_are(memory_limit):
+    """The estimate follows what the call allocates: out= needs no result buffer; an
+    emulated dtype needs f32 copies of everything."""
+    x = np.ones((1, 64, 64, 16), np.float32)
+    w = np.ones((2, 2, 16, 16), np.float32)
+    out = np.empty((1, 128, 128, 16), np.float32)
+    op = oc.ConvTranspose(strides=2)
+    memory_limit(MB // 2)
+    op(x, w, out=out)  # 1 MiB result given: only the weights' working copy is allocated
+    xb, wb = x.astype(ml_dtypes.bfloat16), w.astype(ml_dtypes.bfloat16)
+    outb = np.empty(out.shape, ml_dtypes.bfloat16)
+    with pytest.raises(MemoryError, match="f32 copies"):
+        oc.ConvTranspose(strides=2)(xb, wb, out=outb)
+    memory_limit(4 * MB)
+    oc.ConvTranspose(strides=2)(xb, wb, out=outb)
+
+
+def test_estimate_matches_the_bytes_a_call_allocates():
+    """The MemoryError figure is what tracemalloc sees the call allocate (NumPy buffers), to
+    within the library's own working copies, which NumPy does not see."""
+    x = np.ones((2, 48, 48, 8), np.float32)
+    w = np.ones((3, 3, 8, 8), np.float32)
+    for dtype in (np.float32, ml_dtypes.bfloat16, np.float16):
+        op = oc.ConvTranspose(strides=2)
+        a, b = x.astype(dtype), w.astype(dtype)
+        op(a, b)  # compile
+        low = op.last_plan.lowering
+        parts = limits.estimate(low, [a, b, None], None, np.dtype(dtype), op.last_plan.emulated)
+        numpy_side = sum(v for k, v in parts.items() if k != "library working copies")
+        tracemalloc.start()
+        try:
+            op(a, b)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert 0.8 * numpy_side <= peak <= 1.2 * numpy_side + 4096, (dtype, parts, peak)
+
+
+def test_memory_limit_validation(memory_limit):
+    for bad in ("1G", 1.5, True):
+        with pytest.raises(TypeError, match="set_memory_limit"):
+            memory_limit(bad)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="set_memory_limit"):
+            memory_limit(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("4096", 4096), ("512K", 512 * 2**10), ("64M", 64 * MB), ("1.5G", 3 * 2**29), ("2 GiB", 2 * 2**30), ("1t", 2**40)],
+)
+def test_byte_counts(text, value):
+    assert limits.parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "0", "-1G", "1X", "G", "lots"])
+def test_bad_byte_counts(text):
+    with pytest.raises(ValueError, match="positive byte count"):
+        limits.parse_bytes(text)
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+    )
+
+
+def test_limit_from_the_environment():
+    code = (
+        "import numpy as np, onednn_convt as oc\n"
+        "print(oc.memory_limit())\n"
+        "try:\n"
+        "    oc.ConvTranspose(strides=2)(np.ones((1, 64, 64, 16), np.float32), np.ones((2, 2, 16, 16), np.float32))\n"
+        "except MemoryError as e:\n"
+        "    print('MemoryError', e)\n"
+    )
+    proc = run_python(code, ONEDNN_CONVT_MEMORY_LIMIT="512K")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == str(512 * 1024)
+    assert lines[1].startswith("MemoryError ConvTranspose:") and "ONEDNN_CONVT_MEMORY_LIMIT" in lines[1]
+    bad = run_python("import onednn_convt", ONEDNN_CONVT_MEMORY_LIMIT="lots")
+    assert bad.returncode != 0 and "ONEDNN_CONVT_MEMORY_LIMIT='lots'" in bad.stderr
+
+
+def test_default_limit_reads_meminfo_and_cgroups(monkeypatch, tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       8000000 kB\nMemFree:    100 kB\nMemAvailable:    3000000 kB\n")
+    monkeypatch.setattr(limits, "MEMINFO", str(meminfo))
+    none = (str(tmp_path / "missing1"), str(tmp_path / "missing2"))
+    monkeypatch.setattr(limits, "CGROUP_V1", none)
+    monkeypatch.setattr(limits, "CGROUP_V2", none)
+    assert limits.available_memory() == 3_000_000 * 1024
+    cap, used = tmp_path / "memory.max", tmp_path / "memory.current"
+    cap.write_text("2000000000\n")
+    used.write_text("500000000\n")
+    monkeypatch.setattr(limits, "CGROUP_V2", (str(cap), str(used)))
+    assert limits.available_memory() == 1_500_000_000  # the cgroup leaves less
+    cap.write_text("max\n")  # no cgroup limit
+    assert limits.available_memory() == 3_000_000 * 1024
+    monkeypatch.setattr(limits, "MEMINFO", str(tmp_path / "missing3"))
+    assert limits.available_memory() is None  # no figure: no check rather than a wrong one
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        # a dim of 2**31 (a broadcast view: no memory), the batch
+        (lambda: oc.ConvTranspose()(np.broadcast_to(np.ones((1, 1, 1), np.float32), (2**31, 1, 1)),
+                                    np.ones((1, 1, 1), np.float32)), "dimension of 2**31"),
+        # a dilation oneDNN would truncate, even on a kernel of 1
+        (lambda: oc.ConvTranspose(dilations=2**31)(np.ones((1, 3, 2), np.float32), np.ones((1, 2, 2), np.float32)),
+         "dilation 2147483648"),
+        # pads and stride that overflow oneDNN's int arithmetic with a small, valid dst
+        (lambda: oc.ConvTranspose(strides=2**31 - 1, pads_end=2**31 - 2)(
+            np.ones((1, 2, 2), np.float32), np.ones((1, 2, 2), np.float32)), "below 2**31"),
+        (lambda: oc.ConvTransposeBackwardData(strides=2**31 - 1)(
+            np.ones((1, 3, 2), np.float32), np.ones((1, 2, 2), np.float32)), "below 2**31"),
+    ],
+    ids=["dim", "dilation", "stride_pads", "bwd_d_stride"],
+)
+def test_library_range_raises_value_error(call, words):
+    with pytest.raises(ValueError, match="32-bit") as info:
+        call()
+    assert words in str(info.value)
+
+
+def test_limits_are_exported():
+    for name in ("set_memory_limit", "memory_limit", "set_debug_fill", "debug_fill"):
+        assert name in oc.__all__ and callable(getattr(oc, name))
+    assert math.isfinite(oc.memory_limit() or 0)
