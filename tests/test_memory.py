@@ -255,7 +255,8 @@ def test_bad_byte_counts(text):
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, **env}
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120,
+        env={**os.environ, **env},
     )
 
 
