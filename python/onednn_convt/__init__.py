@@ -21,6 +21,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
     )
     raise
 
+from . import _fork  # noqa: F401 - registers the os.fork hook (OpenMP after fork)
 from .errors import OneDNNError, UnsupportedError
 from .functional import (
     conv_transpose,

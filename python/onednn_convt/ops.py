@@ -201,6 +201,14 @@ class _Op:
         given = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items() if v is not None)
         return f"{type(self).__name__}({given})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the attributes only: compiled plans belong to this process, and another
+        process (multiprocessing's spawn and forkserver, a Pool's arguments) compiles again."""
+        state = dict(self.__dict__)
+        state.update(_plans={}, last_plan=None, _fast=None)
+        state.pop("_pid", None)  # see _fork
+        return state
+
     # -- the call -------------------------------------------------------------------------
     def _signature(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Any:
         # alignment too: a misaligned array needs a plan that copies it (see _fixed_view)
