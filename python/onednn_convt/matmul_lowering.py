@@ -55,16 +55,20 @@ def conv_transpose(
 
     def finish(cols: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
         blocks = cols.astype(np.float32, copy=False).reshape(n, length, oc, r, stride)
+        if padded != kernel:  # the zero taps give 0 * Inf = NaN for non-finite src: not real taps
+            blocks[:, :, :, r - 1, kernel - (r - 1) * stride :] = 0
         full = np.zeros((n, length + r - 1, stride, oc), np.float32)
-        for q in range(r):
-            full[:, q : q + length] += blocks[:, :, :, q, :].transpose(0, 1, 3, 2)
+        with np.errstate(invalid="ignore", over="ignore"):  # Inf/NaN data: no warnings, as natively
+            for q in range(r):
+                full[:, q : q + length] += blocks[:, :, :, q, :].transpose(0, 1, 3, 2)
         full = full.reshape(n, (length + r - 1) * stride, oc)
         dst = np.zeros((n, dst_size, oc), np.float32)
         take = max(0, min(dst_size, full.shape[1] - pad_begin))
         dst[:, :take] = full[:, pad_begin : pad_begin + take]
         bias = arrays[2] if len(arrays) > 2 else None
         if bias is not None:
-            dst += np.asarray(bias, dtype=np.float32)
+            with np.errstate(invalid="ignore", over="ignore"):
+                dst += np.asarray(bias, dtype=np.float32)
         return np.ascontiguousarray(dst.transpose(0, 2, 1)) if ncx else dst
 
     return {

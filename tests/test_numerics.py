@@ -1,0 +1,204 @@
+"""Numerics and buffers: NaN and Inf propagate as in the reference, f16 overflow rounds to Inf
+as the reference does, read-only inputs work, and every output element is written (checked
+with the debug fill, which starts outputs as NaN)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import onednn_convt as oc
+import pytest
+from helpers import CASE_IDS, CASES, DTYPES, OPS, Config, assert_close
+from onednn_convt import ops
+
+FWD, BWD_D, BWD_W = OPS
+#: A ConvTranspose lowered to MatMul + overlap-add (kernel >= 128), the other code path.
+LONG = Config(src=(6,), kernel=(130,), n=2, ic=3, oc=2, strides=64, pads_begin=5, pads_end=3, bias=True)
+SMALL = CASES[CASE_IDS.index("2d_groups3_bias")]
+
+
+@pytest.fixture
+def debug_fill():
+    before = oc.debug_fill()
+    oc.set_debug_fill(True)
+    yield
+    oc.set_debug_fill(before)
+
+
+def inputs_of(op: str, t: dict[str, np.ndarray], cfg: Config) -> list[Any]:
+    if op == FWD:
+        return [t["src"], t["weights"]] + ([t["bias"]] if cfg.bias else [])
+    if op == BWD_D:
+        return [t["diff_dst"], t["weights"]]
+    return [t["src"], t["diff_dst"]]
+
+
+def call(op: str, cfg: Config, arrays: list[Any], out: Any = None) -> np.ndarray:
+    if op == FWD:
+        return oc.ConvTranspose(**cfg.attrs())(*arrays, out=out)
+    if op == BWD_D:
+        return oc.ConvTransposeBackwardData(**cfg.attrs(op))(*arrays, out=out)
+    return oc.ConvTransposeBackwardWeights(weights_shape=cfg.weights_shape, **cfg.attrs(op))(*arrays, out=out)
+
+
+def reference(op: str, cfg: Config, arrays: list[Any]) -> np.ndarray:
+    a = [np.asarray(x, np.float64) for x in arrays]
+    with np.errstate(invalid="ignore", over="ignore"):
+        if op == FWD:
+            return cfg.ref_forward(*a)
+        if op == BWD_D:
+            return cfg.ref_backward_data(*a)
+        return cfg.ref_backward_weights(*a)
+
+
+def classes(x: np.ndarray) -> np.ndarray:
+    """Per element: 0 finite, 1 NaN, 2 +Inf, 3 -Inf."""
+    x = np.asarray(x, np.float64)
+    return np.select([np.isnan(x), np.isposinf(x), np.isneginf(x)], [1, 2, 3], 0)
+
+
+# -- NaN and Inf -----------------------------------------------------------------------------
+#: Every op on a grouped 2-D problem, and the forward op lowered to MatMul.
+PATHS = [(SMALL, op) for op in OPS] + [(LONG, FWD)]
+PATH_IDS = [f"conv-{op}" for op in OPS] + ["matmul-ConvTranspose"]
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize(("cfg", "op"), PATHS, ids=PATH_IDS)
+def test_nan_and_inf_propagate_like_the_reference(cfg, op, code):
+    """One NaN, one +Inf and one -Inf in each input: the same elements of the result are NaN,
+    +Inf or -Inf as in the float64 reference, and the rest stay finite and close."""
+    rng = np.random.default_rng(3)
+    t = cfg.tensors(rng, code)
+    arrays = [a.copy() for a in inputs_of(op, t, cfg)]
+    for a in arrays:
+        flat = a.reshape(-1)
+        spots = rng.choice(flat.size, size=min(3, flat.size), replace=False)
+        for spot, value in zip(spots, (np.nan, np.inf, -np.inf)):
+            flat[spot] = value
+    got = call(op, cfg, arrays)
+    ref = reference(op, cfg, arrays)
+    assert (classes(got) == classes(ref)).all(), f"NaN/Inf pattern differs: {np.argwhere(classes(got) != classes(ref))[:5]}"
+    assert (classes(ref) != 0).any()
+    finite = classes(ref) == 0
+    if finite.any():
+        assert_close(np.where(finite, got, 0), np.where(finite, ref, 0), code, 10**4)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_f16_overflow_rounds_to_inf_like_the_reference(op):
+    """Sums beyond float16's 65504 become Inf when the f32 result is rounded, as the reference
+    rounded to float16 does; smaller ones stay finite."""
+    cfg = SMALL
+    t = cfg.tensors(np.random.default_rng(4), "f16")
+    arrays = [np.asarray(a, np.float32) for a in inputs_of(op, t, cfg)]
+    arrays[0] = (arrays[0] * 150).astype(np.float16)
+    arrays[1] = (arrays[1] * 150).astype(np.float16)
+    arrays = [np.asarray(a, np.float16) for a in arrays]
+    got = call(op, cfg, arrays)
+    with np.errstate(over="ignore"):
+        ref = reference(op, cfg, arrays).astype(np.float16)
+    assert np.isinf(ref).any() and np.isfinite(ref).any()
+    assert (classes(got) == classes(ref)).all()
+
+
+# -- read-only inputs ------------------------------------------------------------------------
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize(("cfg", "op"), PATHS, ids=PATH_IDS)
+def test_read_only_inputs(cfg, op, code):
+    t = cfg.tensors(np.random.default_rng(5), code)
+    arrays = inputs_of(op, t, cfg)
+    expected = call(op, cfg, arrays)
+    frozen = []
+    for a in arrays:
+        a = a.copy()
+        a.flags.writeable = False
+        frozen.append(a)
+    before = [a.copy() for a in frozen]
+    got = call(op, cfg, frozen)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(expected, np.float32))
+    for a, b in zip(frozen, before):
+        np.testing.assert_array_equal(a, b)  # inputs untouched
+
+
+# -- every output element written ------------------------------------------------------------
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("cfg", CASES + [LONG], ids=CASE_IDS + ["matmul"])
+def test_every_output_element_is_written(cfg, op, code, debug_fill):
+    """With the debug fill, outputs (new and out=) start as NaN: an element the library left
+    unwritten would stay NaN. Every element is finite and matches the reference."""
+    t = cfg.tensors(np.random.default_rng(6), code)
+    arrays = inputs_of(op, t, cfg)
+    ref = reference(op, cfg, arrays)
+    reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
+    got = call(op, cfg, arrays)
+    assert_close(got, ref, code, reduction, f"{op} {code} {cfg}")  # asserts finite too
+    out = np.zeros(ref.shape, DTYPES[code])
+    assert call(op, cfg, arrays, out=out) is out
+    assert_close(out, ref, code, reduction, f"{op} {code} {cfg} out=")
+
+
+class _WritesNothing:
+    """A compiled op whose execute leaves the output as it finds it."""
+
+    def __init__(self, compiled: Any) -> None:
+        self.key = compiled.key
+
+    def execute(self, inputs: Any, output: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("op", OPS)
+def test_debug_fill_fills_with_nan(op, code, debug_fill, monkeypatch):
+    """The mechanism: with a library that writes nothing, every output element is NaN, on
+    the direct and the emulated path, for a new output and for out=; and the C++ fast path
+    (which allocates without filling) is not taken."""
+    cfg = SMALL
+    t = cfg.tensors(np.random.default_rng(7), code)
+    arrays = inputs_of(op, t, cfg)
+    instance = {FWD: oc.ConvTranspose(**cfg.attrs()), BWD_D: oc.ConvTransposeBackwardData(**cfg.attrs(op)),
+                BWD_W: oc.ConvTransposeBackwardWeights(weights_shape=cfg.weights_shape, **cfg.attrs(op))}[op]
+    out = np.zeros(instance(*arrays).shape, DTYPES[code])
+    instance(*arrays, out=out)  # both plans made: a new result, and out=
+    instance(*arrays)  # again: the fast path would be set up by now
+    assert len(instance._plans) == 2
+    for plan in instance._plans.values():
+        monkeypatch.setattr(plan, "compiled", _WritesNothing(plan.compiled))
+    assert np.isnan(np.asarray(instance(*arrays), np.float32)).all()
+    out[...] = 0
+    assert instance(*arrays, out=out) is out
+    assert np.isnan(np.asarray(out, np.float32)).all()
+
+
+def test_debug_fill_off_takes_the_fast_path(monkeypatch):
+    """Off (the default), a repeated call goes through the C++ executor, never through the
+    Python plan: the debug mode costs a flag test."""
+    assert not oc.debug_fill()
+    t = SMALL.tensors(np.random.default_rng(8))
+    op = oc.ConvTranspose(**SMALL.attrs())
+    op(t["src"], t["weights"])
+    runs = []
+    monkeypatch.setattr(ops._Plan, "run", lambda self, *a: runs.append(1))
+    for _ in range(10):
+        op(t["src"], t["weights"])
+    assert runs == []
+    oc.set_debug_fill(True)
+    try:
+        op(t["src"], t["weights"])
+    finally:
+        oc.set_debug_fill(False)
+    assert runs == [1]
+
+
+def test_debug_fill_from_the_environment():
+    code = "import onednn_convt as oc; print(oc.debug_fill())"
+    for value, expected in (("1", "True"), ("0", "False"), ("", "False"), ("yes", "True")):
+        env = {**os.environ, "ONEDNN_CONVT_DEBUG_FILL": value}
+        proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=60)
+        assert proc.stdout.strip() == expected, (value, proc.stderr)
