@@ -222,8 +222,9 @@ def sharing(shape_a, shape_b, dtype=np.float32, shift=0):  # two arrays over one
 """
 
 _LOOP = """
-import json, resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+import json, os, resource, sys
+if "libasan" not in os.environ.get("LD_PRELOAD", ""):  # ASan maps terabytes of shadow memory
+    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
 for _line in sys.stdin:
     _req = json.loads(_line)
     _ns = dict(globals())
