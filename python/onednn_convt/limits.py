@@ -7,7 +7,9 @@ ones) and compared with a limit. Over it, :class:`MemoryError` says how much and
 instead of the process being killed by the OS halfway through. The limit is
 :func:`set_memory_limit`, else the environment variable ``ONEDNN_CONVT_MEMORY_LIMIT`` (bytes,
 or with a ``K``/``M``/``G``/``T`` suffix, powers of 1024), else the memory available now
-(``MemAvailable`` in ``/proc/meminfo``, lowered by a cgroup limit if there is one).
+(``MemAvailable`` in ``/proc/meminfo``, lowered by a cgroup limit if there is one; read
+only for calls estimated at 1 MiB or more). The estimate follows oneDNN 3.2 as measured on
+this package's ops; it is a guard against the impossible, not an exact budget.
 
 Library range: oneDNN 3.2 computes the shape consistency of a (de)convolution in 32-bit
 ``int`` (``src/common/deconvolution.cpp``, ``convolution.cpp``): sizes, strides, dilated
