@@ -45,12 +45,15 @@ export LD_PRELOAD="$libasan:$libstdcxx"
 # detect_leaks=0: LeakSanitizer would report the objects CPython never frees at exit (by
 # design, thousands of them), burying anything else; leaks are tested by tests/test_memory.py
 # (RSS over 100,000 calls and over compiling and evicting partitions) in the normal build.
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:check_initialization_order=1:strict_string_checks=1:detect_stack_use_after_return=1:suppressions=$supp/asan.supp"
-export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp"
+# Reports also go to files: pytest captures stderr, and an abort loses what it captured.
+reports="$root/$dir/reports"
+rm -rf "$reports" && mkdir -p "$reports"
+export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=0:abort_on_error=1:halt_on_error=1:check_initialization_order=1:strict_string_checks=1:detect_stack_use_after_return=1:suppressions=$supp/asan.supp"
+export UBSAN_OPTIONS="log_path=$reports/ubsan:halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp"
 export PYTHONMALLOC=malloc  # every Python object through malloc too: ASan guards them as well
 
 # The sanitizers are live: ASan must catch a use after free, and the module must carry UBSan.
-if (python -c "import ctypes; c = ctypes.CDLL(None); c.malloc.restype = ctypes.c_void_p; p = c.malloc(16); c.free(ctypes.c_void_p(p)); ctypes.string_at(p, 8)" 2>"$dir/selfcheck.log") 2>/dev/null \
+if ASAN_OPTIONS="$ASAN_OPTIONS:abort_on_error=0:log_path=stderr" python -c "import ctypes; c = ctypes.CDLL(None); c.malloc.restype = ctypes.c_void_p; p = c.malloc(16); c.free(ctypes.c_void_p(p)); ctypes.string_at(p, 8)" 2>"$dir/selfcheck.log" \
    || [ "$(grep -c heap-use-after-free "$dir/selfcheck.log")" -eq 0 ]; then
   echo "sanitize.sh: AddressSanitizer did not report a use after free; see $dir/selfcheck.log" >&2
   exit 1
@@ -74,5 +77,12 @@ set +e
 python -m pytest -p no:cacheprovider -q "${deselect[@]}" "${@:-tests}"
 status=$?
 set -e
-echo "sanitize.sh: pytest exit status $status after $(( $(date +%s) - start )) s (ASan + UBSan, $so)"
+found=$(find "$reports" -type f | wc -l)
+for f in "$reports"/*; do
+  [ -f "$f" ] && { echo "=== $f"; head -40 "$f"; }
+done
+echo "sanitize.sh: pytest exit status $status after $(( $(date +%s) - start )) s; $found sanitizer report(s) in $reports (ASan + UBSan, $so)"
+if [ "$found" -ne 0 ] && [ "$status" -eq 0 ]; then
+  status=1  # a report from a child interpreter whose test did not look at its exit
+fi
 exit $status

@@ -57,7 +57,8 @@ def to_f32(a: np.ndarray) -> np.ndarray:
     code = code_of(a.dtype)
     if code in ("bf16", "f16"):
         out = np.empty(a.shape, np.float32)
-        if _core.convert(np.ascontiguousarray(a), code, out, "f32"):
+        # aligned too: the converter reads uint16 elements (misaligned reads are UB in C++)
+        if _core.convert(np.require(a, requirements=("C", "A")), code, out, "f32"):
             return out
     return np.ascontiguousarray(a, dtype=np.float32)
 
