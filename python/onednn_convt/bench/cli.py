@@ -92,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retry-busy", type=int, default=0, metavar="N",
                         help="re-run up to N times the configurations during which other processes "
                              "used more than 0.2 CPUs, keeping the quieter measurement; default 0")
+    parser.add_argument("--torch-limit", type=float, default=5.0, metavar="SECONDS",
+                        help="bf16/f16: when PyTorch is estimated (from batch 1) to take longer than "
+                             "this per call, report the estimate instead (default 5; 0 = always run)")
     parser.add_argument("--no-torch", action="store_true", help="do not compare with PyTorch")
     parser.add_argument("--no-reference", action="store_true", help="do not time the NumPy reference")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
@@ -149,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         torch=not args.no_torch,
         reference=not args.no_reference,
         wait_idle=max(0.0, args.wait_idle),
+        torch_limit=args.torch_limit,
     )
     old = report.read_json(args.compare) if args.compare else None
     configs = [c for s in args.suite for c in suites.configs(

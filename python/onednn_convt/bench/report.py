@@ -65,7 +65,7 @@ def _lowering(r: Record) -> str:
 
 def _torch(r: Record) -> str:
     if r.get("torch_ms") is not None:
-        return _num(r["torch_ms"])
+        return ("~" if r.get("torch_estimated") else "") + _num(r["torch_ms"])
     return "n/a" if r.get("torch_error") else "-"
 
 
@@ -98,7 +98,8 @@ LEGEND = (
     "peak = % of the measured matmul peak for the dtype; native = the compiled partition in a C++ "
     "loop; overhead = our out= call - native (for lowering* = emulated in f32 the native loop times "
     "the f32 kernel only, so overhead includes the conversions; for MatMul it includes the "
-    "overlap-add); vs torch = torch time / our time (> 1: we are faster); ref err = max abs error / "
+    "overlap-add); vs torch = torch time / our time (> 1: we are faster; ~ = PyTorch too slow to run, "
+    "estimated from batch 1 times N); ref err = max abs error / "
     "max abs value against the float64 reference (! = above the dtype's tolerance); alloc = "
     "bytes tracemalloc sees allocated during one out= call; recompiles = cache misses after the "
     "first call; busy = CPUs used by other processes meanwhile (timings with busy > 0.2 are unreliable)."

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -35,6 +35,8 @@ class Options:
         memory: measure tracemalloc bytes per call.
         wait_idle: before each configuration, wait up to this many seconds for other
             processes to leave the CPUs alone.
+        torch_limit: in bf16/f16, when a PyTorch call is estimated (from batch 1) to take
+            longer than this many seconds, report the estimate instead of running it.
     """
 
     repeat: int = 11
@@ -43,6 +45,7 @@ class Options:
     reference: bool = True
     memory: bool = True
     wait_idle: float = 0.0
+    torch_limit: float = 5.0
 
 
 def _ms(t: Optional[timing.Timing]) -> Optional[float]:
@@ -93,10 +96,13 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     rec["first_call_ms"] = first * 1e3
     rec["compile_misses"] = c1["misses"] - c0["misses"]
 
-    ours = timing.measure(timing.python_runner(lambda: op(*args)), opts.repeat, opts.budget)
-    ours_out = timing.measure(timing.python_runner(lambda: op(*args, out=out)), opts.repeat, opts.budget)
+    # every runner below has run already (the first call and the out= call), so no warm-up
+    ours = timing.measure(timing.python_runner(lambda: op(*args)), opts.repeat, opts.budget, warm=True)
+    ours_out = timing.measure(
+        timing.python_runner(lambda: op(*args, out=out)), opts.repeat, opts.budget, warm=True
+    )
     run_native, note = peers.native_runner(case)
-    native = timing.measure(run_native, opts.repeat, opts.budget)
+    native = timing.measure(run_native, opts.repeat, opts.budget, warm=True)
     c3 = cache_info()
     _, rss_peak = timing.rss_bytes()
 
@@ -119,8 +125,9 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     rec["rss_peak_mb"] = None if rss_peak is None else rss_peak / 2**20
     rec["rss_growth_mb"] = None if rss_peak is None or rss_before is None else (rss_peak - rss_before) / 2**20
     if opts.memory:
-        rec["alloc_bytes"] = timing.allocated_per_call(lambda: op(*args))
-        rec["alloc_out_bytes"] = timing.allocated_per_call(lambda: op(*args, out=out))
+        calls = 3 if ours.median < 0.01 else 1
+        rec["alloc_bytes"] = timing.allocated_per_call(lambda: op(*args), calls, warm=True)
+        rec["alloc_out_bytes"] = timing.allocated_per_call(lambda: op(*args, out=out), calls, warm=True)
 
     if opts.torch:
         _measure_torch(case, opts, result, rec)
@@ -129,22 +136,51 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     rec["others_cpu"] = monitor.others()
 
 
+def _torch_estimate(case: Any, opts: Options) -> Optional[float]:
+    """Seconds per PyTorch call estimated from batch 1 (times N), when that exceeds
+    ``opts.torch_limit``; None otherwise. Only for bf16/f16, where PyTorch on CPUs without
+    native kernels can take a minute per call."""
+    cfg = case.config
+    if cfg.dtype == "f32" or cfg.layer.n == 1 or opts.torch_limit <= 0:
+        return None
+    small = Config(cfg.suite, replace(cfg.layer, n=1), cfg.op, cfg.dtype, cfg.data_format).build()
+    call = peers.torch_call(small)
+    if call is None:
+        return None
+    start = time.perf_counter()
+    call()
+    estimate = (time.perf_counter() - start) * cfg.layer.n
+    return estimate if estimate > opts.torch_limit else None
+
+
 def _measure_torch(case: Any, opts: Options, ours: np.ndarray, rec: dict[str, Any]) -> None:
     call = peers.torch_call(case)
     if call is None:
         return
     timing.settle()
     try:
+        estimate = _torch_estimate(case, opts)
+    except RuntimeError:
+        estimate = None  # the full call below reports the error
+    if estimate is not None:
+        rec["torch_ms"] = estimate * 1e3
+        rec["torch_estimated"] = True
+        rec["vs_torch"] = estimate / (rec["median_ms"] / 1e3)
+        timing.settle()
+        return
+    try:
         start = time.perf_counter()
         first_result = call()  # PyTorch creates its primitives here
         first = time.perf_counter() - start
         rec["torch_err"] = peers.relative_error(peers.torch_to_numpy(case, first_result), ours)
         once = None
-        if first > 2 * opts.budget:  # too slow to sample: one more call is the figure
+        if first > 10 * opts.budget:  # very slow: the first call is the figure
+            once = first
+        elif first > 2 * opts.budget:  # too slow to sample: one more call is the figure
             start = time.perf_counter()
             call()
             once = time.perf_counter() - start
-        t = timing.measure(timing.python_runner(call), opts.repeat, opts.budget, once=once)
+        t = timing.measure(timing.python_runner(call), opts.repeat, opts.budget, once=once, warm=True)
     except RuntimeError as e:  # e.g. a dtype PyTorch has no CPU kernel for
         rec["torch_error"] = str(e).splitlines()[0][:200]
         return

@@ -74,7 +74,9 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q1, med, q3
 
 
-def measure(run: BatchRunner, repeat: int, budget: float, once: Optional[float] = None) -> Timing:
+def measure(
+    run: BatchRunner, repeat: int, budget: float, once: Optional[float] = None, warm: bool = False
+) -> Timing:
     """Time an operation.
 
     Args:
@@ -83,13 +85,15 @@ def measure(run: BatchRunner, repeat: int, budget: float, once: Optional[float] 
         budget: seconds to spend, about; at least 3 samples are taken unless a single call
             takes longer than twice the budget.
         once: the time of one call if already known (then no warm-up call is made).
+        warm: the operation has run before, so no warm-up call is needed.
 
     Returns:
         the timing per call.
     """
     repeat = max(1, int(repeat))
     if once is None:
-        run(1)  # warm-up
+        if not warm:
+            run(1)
         once = run(1)
     if once > 2 * budget:
         return Timing(once, once, once, 1, 1, once)
@@ -149,11 +153,12 @@ def rss_bytes() -> tuple[Optional[int], Optional[int]]:
             return None, None
 
 
-def allocated_per_call(fn: Callable[[], Any], calls: int = 3) -> int:
+def allocated_per_call(fn: Callable[[], Any], calls: int = 3, warm: bool = False) -> int:
     """Bytes allocated during one call that tracemalloc sees (Python objects and NumPy buffers).
 
     Measured as the peak traced memory during the call minus the traced memory before it,
-    so a returned array counts; the smallest over ``calls`` calls is returned. Memory
+    so a returned array counts; the smallest over ``calls`` calls is returned (after a
+    warm-up call unless ``warm``). Memory
     oneDNN allocates itself (its scratchpad) goes through C++ and is not included.
     """
     import tracemalloc
@@ -162,7 +167,8 @@ def allocated_per_call(fn: Callable[[], Any], calls: int = 3) -> int:
     if not was_tracing:
         tracemalloc.start()
     try:
-        fn()
+        if not warm:
+            fn()
         best: Optional[int] = None
         for _ in range(max(1, calls)):
             before = tracemalloc.get_traced_memory()[0]
