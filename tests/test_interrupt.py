@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -22,6 +23,10 @@ CHILD = textwrap.dedent(
     import _thread, json, random, signal, sys, threading, time
     import numpy as np
     import onednn_convt as oc
+
+    # Ctrl-C semantics even when started with SIGINT ignored (a background job of a
+    # non-interactive shell inherits SIG_IGN; interrupt_main then does nothing)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((2, 12, 12, 8)).astype(np.float32)      # NXC
@@ -42,8 +47,10 @@ CHILD = textwrap.dedent(
     counter = [0]
 
     def batch():
-        # forever: the fixed calls, and now and then a new signature (planning + compiling)
-        while True:
+        # until interrupted: the fixed calls, and now and then a new signature (planning and
+        # compiling); a minute without an interrupt ends it (reported, rather than hanging)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
             for call in CALLS.values():
                 call()
             counter[0] += 1
@@ -71,6 +78,7 @@ CHILD = textwrap.dedent(
             else:
                 print("ready", flush=True)  # the parent sends SIGINT after a random delay
             batch()
+            failures.append(f"trial {trial}: no KeyboardInterrupt within 60 s")
         except KeyboardInterrupt:
             interrupted += 1
         if mode == "interrupt_main":
@@ -110,23 +118,23 @@ CHILD = textwrap.dedent(
 
 
 def run_child(mode: str, count: int) -> dict:
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", CHILD, mode, str(count)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    assert proc.stdout is not None
-    try:
-        if mode == "sigint":
-            rng = random.Random(2)
-            for _ in range(count):
-                line = proc.stdout.readline()
-                assert line.strip() == "ready", (line, proc.stderr.read() if proc.poll() is not None else "")
-                time.sleep(rng.uniform(0.0, 0.05))
-                proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    ) as proc:
+        assert proc.stdout is not None
+        try:
+            if mode == "sigint":
+                rng = random.Random(2)
+                for _ in range(count):
+                    ready, _, _ = select.select([proc.stdout], [], [], 120)
+                    line = proc.stdout.readline() if ready else "(nothing for 120 s)"
+                    assert line.strip() == "ready", (line, proc.stderr.read() if proc.poll() is not None else "")
+                    time.sleep(rng.uniform(0.0, 0.05))
+                    proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=300)
+        except BaseException:
+            proc.kill()  # then leaving the with block closes the pipes and reaps it
+            raise
     assert proc.returncode == 0, f"exit {proc.returncode}\n{err[-3000:]}"
     return json.loads(out.strip().splitlines()[-1])
 
