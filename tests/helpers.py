@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 import ml_dtypes
 import numpy as np
-from onednn_convt import reference
+import onednn_convt as oc
+from onednn_convt import dtypes, reference
 
 Dims = tuple[int, ...]
 
@@ -284,6 +285,18 @@ def seeded_configs(count: int, seed: int, rank: int | None = None) -> list[Confi
 
 
 # -- tolerance ------------------------------------------------------------------------------
+def emulated_dtype() -> np.dtype[Any]:
+    """A low-precision dtype ConvTranspose computes in f32 on this CPU (f16 first): for tests
+    of the emulation itself. Skips the test on a CPU with native bf16 and f16 kernels."""
+    import pytest
+
+    support = oc.info()["dtypes"]["ConvTranspose"]
+    for code in ("f16", "bf16"):
+        if support[code] == "emulated":
+            return dtypes.FLOAT_DTYPES[code]
+    pytest.skip("every dtype has a native kernel on this CPU")
+
+
 def tolerance(code: str, reduction: int) -> float:
     """Largest accepted ``max|got - ref| / max|ref|`` for an output of dtype ``code``.
 

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 import onednn_convt as oc
 import pytest
+from helpers import emulated_dtype
 from onednn_convt import limits
 
 MB = 2**20
@@ -48,7 +49,7 @@ def memory_limit():
 # -- RSS -------------------------------------------------------------------------------------
 def tiny_calls() -> list:
     """Tiny ops on each per-call path: the C++ fast path (new result, and out=) and the Python
-    plan path (BackwardWeights, which runs under a lock, and an emulated dtype)."""
+    plan path (a reversed view, which the plan copies, and an emulated dtype)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 5, 3)).astype(np.float32)  # NXC: N=1, W=5, C=3
     w = rng.standard_normal((2, 4, 3)).astype(np.float32)  # XOI: k=2, OC=4, IC=3
@@ -57,13 +58,13 @@ def tiny_calls() -> list:
     out = fwd(x, w)
     bwd_w = oc.ConvTransposeBackwardWeights(weights_shape=w.shape)
     wout = bwd_w(x, y)
-    xb, wb = x.astype(ml_dtypes.bfloat16), w.astype(ml_dtypes.bfloat16)
-    bf16 = oc.ConvTranspose()
+    xl, wl = x.astype(emulated_dtype()), w.astype(emulated_dtype())
+    low = oc.ConvTranspose()
     return [
         lambda: fwd(x, w),
         lambda: fwd(x, w, out=out),
-        lambda: bwd_w(x, y, out=wout),
-        lambda: bf16(xb, wb),
+        lambda: bwd_w(x[:, ::-1], y, out=wout),
+        lambda: low(xl, wl),
     ]
 
 
@@ -201,8 +202,9 @@ def test_out_is_not_counted_but_emulation_copies_are(memory_limit):
     op = oc.ConvTranspose(strides=2)
     memory_limit(MB // 2)
     op(x, w, out=out)  # 1 MiB result given: only the weights' working copy is allocated
-    xb, wb = x.astype(ml_dtypes.bfloat16), w.astype(ml_dtypes.bfloat16)
-    outb = np.empty(out.shape, ml_dtypes.bfloat16)
+    low = emulated_dtype()
+    xb, wb = x.astype(low), w.astype(low)
+    outb = np.empty(out.shape, low)
     with pytest.raises(MemoryError, match="f32 copies"):
         oc.ConvTranspose(strides=2)(xb, wb, out=outb)
     memory_limit(4 * MB)

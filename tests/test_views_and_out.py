@@ -211,9 +211,11 @@ def test_out_sharing_memory_with_an_input_is_refused(op, warm):
         obj(first, *arrays[1:], out=out)
 
 
-def test_out_and_views_in_low_precision_are_identical_to_dense():
-    """The emulated path (bf16 here) handles views and a strided out the same way."""
-    t = CFG.tensors(np.random.default_rng(72), "bf16")
+@pytest.mark.parametrize("code", ["bf16", "f16"])
+def test_out_and_views_in_low_precision_are_identical_to_dense(code):
+    """The low-precision paths (emulated or native, as this CPU has them) handle views and a
+    strided out the same way."""
+    t = CFG.tensors(np.random.default_rng(72), code)
     op = oc.ConvTranspose(**CFG.attrs())
     want = op(t["src"], t["weights"], t["bias"])
     out = out_views(CFG.dst_shape)["strided"].astype(t["src"].dtype)
