@@ -13,7 +13,10 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import onednn_convt as oc
 import pytest
+from onednn_convt import _core
 
 _PRELUDE = """
 import numpy as np
@@ -109,3 +112,18 @@ def test_child_reports_a_crash_as_a_failure():
     """The harness itself: a child killed by a signal fails the test with the call in the message."""
     with pytest.raises(AssertionError, match=r"crashed with exit code -6: import os; os.abort\(\)"):
         run_child("import os; os.abort()", "ValueError")
+
+
+def test_executor_refuses_dtypes_other_than_the_compiled_ones():
+    """The fast path hands NumPy's pointers to oneDNN as they are: an Executor made for a
+    2-byte dtype over an f32 partition would read past the arrays, so it is refused."""
+    op = oc.ConvTranspose()
+    x, w = np.ones((1, 5, 3), np.float32), np.ones((2, 4, 3), np.float32)
+    op(x, w)
+    compiled, f16 = op.last_plan.compiled, np.dtype(np.float16)
+    with pytest.raises(ValueError, match="input dtype differs"):
+        _core.Executor(compiled, [f16, f16], np.dtype(np.float32))
+    with pytest.raises(ValueError, match="output dtype differs"):
+        _core.Executor(compiled, [np.dtype(np.float32)] * 2, f16)
+    with pytest.raises(ValueError, match="finite_code"):
+        _core.Executor(compiled, [np.dtype(np.float32)] * 2, np.dtype(np.float32), "bf16")

@@ -78,3 +78,13 @@ def round_f32(result: np.ndarray, dtype: np.dtype[Any], out: np.ndarray | None =
         return result.astype(dtype, copy=False)
     np.copyto(out, result, casting="unsafe")
     return out
+
+
+def all_finite(a: np.ndarray) -> bool:
+    """Whether a float array holds no Inf and no NaN (fast for C-contiguous bf16 and f16)."""
+    from . import _core
+
+    code = code_of(a.dtype)
+    if code in ("bf16", "f16") and a.flags.c_contiguous and a.flags.aligned:
+        return bool(_core.all_finite(a, code))
+    return bool(np.isfinite(a).all())

@@ -13,7 +13,6 @@ Layouts: activations are NXC (default) or NCX by ``data_format``; weights are XO
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
@@ -26,14 +25,6 @@ from .schema import IntList
 
 #: (library op kind, dtype code) -> whether the library compiles it natively here.
 _NATIVE: dict[tuple[str, str], bool] = {}
-
-#: Library op kinds whose compiled partition must not run on two threads at once. oneDNN 3.2's
-#: ConvTransposeBackwardWeights shares its reduction scratchpad (and the barrier in it) between
-#: concurrent executions of one compiled partition: wrong results, or threads spinning forever.
-#: Distinct compiled partitions are independent, so the lock is per partition (striped).
-_SERIALIZED_KINDS = frozenset({"ConvTransposeBackwardWeights"})
-_EXEC_LOCKS = tuple(threading.Lock() for _ in range(64))
-
 
 @dataclass
 class Lowering:
@@ -78,15 +69,10 @@ class _Plan:
     fixers: list[Optional[Callable[[np.ndarray], np.ndarray]]] = field(default_factory=list)
     #: the C++ fast path for arrays that match this plan exactly (direct plans only)
     executor: Any = None
-    #: held while the library runs, for kinds that are not thread-safe (_SERIALIZED_KINDS)
-    lock: Any = None
-
-    def _execute(self, args: list[np.ndarray], out: np.ndarray) -> None:
-        if self.lock is None:
-            self.compiled.execute(args, out)
-        else:
-            with self.lock:
-                self.compiled.execute(args, out)
+    #: native bf16/f16 plans: makes the f32-emulated plan that redoes a call whose result
+    #: holds an Inf or NaN (see _guarded)
+    make_fallback: Optional[Callable[[Sequence[Any]], _Plan]] = None
+    fallback: Optional[_Plan] = None
 
     @property
     def direct(self) -> bool:
@@ -104,17 +90,28 @@ class _Plan:
                 out = limits.nan_filled(low.out_shape, self.dtype) if fill else np.empty(low.out_shape, self.dtype)
             elif fill:
                 out[...] = np.nan
-            self._execute(args, out)
-            return out
+            self.compiled.execute(args, out)
+            return self._guarded(out, arrays, out)
         compute = np.dtype(np.float32) if self.emulated else self.dtype
         shape = low.library_shape if low.finish else low.out_shape
         result = limits.nan_filled(shape, compute) if fill else np.empty(shape, compute)
         if fill and out is not None:
             out[...] = np.nan
-        self._execute(args, result)
+        self.compiled.execute(args, result)
         if low.finish is not None:
             result = low.finish(result, arrays)
-        return dtypes.round_f32(result, self.dtype, out)
+        return self._guarded(dtypes.round_f32(result, self.dtype, out), arrays, out)
+
+    def _guarded(self, result: np.ndarray, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
+        """``result``, or the call redone in f32 when a native bf16/f16 result holds an Inf or
+        a NaN: oneDNN 3.2's native low-precision kernels (AVX-512) compute padded channel
+        blocks and other groups together, so one non-finite input can turn outputs it does
+        not reach into NaN. The f32 kernels keep them apart (README, deviations)."""
+        if self.make_fallback is None or dtypes.all_finite(result):
+            return result
+        if self.fallback is None:
+            self.fallback = self.make_fallback(arrays)
+        return self.fallback.run(arrays, out)
 
 
 def _element_strides(a: np.ndarray) -> Optional[tuple[int, ...]]:
@@ -310,10 +307,15 @@ class _Op:
             lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc
         )
         plan = _Plan(compiled, lowering, dtype, emulated, fixers if any(fixers) else [])
-        if lowering.kind in _SERIALIZED_KINDS:  # no C++ fast path: it could not take the lock
-            plan.lock = _EXEC_LOCKS[hash(compiled.key) % len(_EXEC_LOCKS)]
-        elif plan.direct and not plan.fixers:
-            plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype)
+        guard = "" if emulated or code == "f32" else code
+        if guard:
+            def make_fallback(arrays: Sequence[Any]) -> _Plan:
+                return _Op._compile(lowering, arrays, None, dtype, "f32", emulated=True)
+
+            plan.make_fallback = make_fallback
+        if plan.direct and not plan.fixers and (not guard or out_desc[1] == _dense_strides(shape)):
+            # with a guard the executor checks the result for Inf/NaN too (a dense one only)
+            plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype, guard)
         return plan
 
     def _check_dtypes(self, arrays: Sequence[Any]) -> str:

@@ -1,6 +1,11 @@
 #include "compiled_op.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <functional>
+#include <mutex>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 
@@ -160,6 +165,18 @@ void check_arguments(const OpSpec &s) {
     }
 }
 
+// Striped by spec key rather than one per CompiledOp: after our cache evicts a partition,
+// a new compile of the same spec may get the same library state from oneDNN's own cache.
+constexpr size_t kLockStripes = 64;
+std::mutex execution_locks[kLockStripes];
+
+// A fork while another thread holds a lock would leave it locked forever in the child,
+// where that thread does not exist: the child starts with fresh locks.
+void reset_execution_locks() {
+    for (auto &m : execution_locks) new (&m) std::mutex;
+}
+[[maybe_unused]] const int atfork_registered = pthread_atfork(nullptr, nullptr, reset_execution_locks);
+
 lt make_lt(const std::string &kind, size_t id, const TensorDesc &t) {
     return lt(id, to_data_type(kind, t.dtype), t.shape, t.strides);
 }
@@ -211,6 +228,8 @@ CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
     if (partitions.size() != 1 || !partitions[0].is_supported())
         throw dnnl::error(dnnl_unimplemented, (k + ": no supported partition").c_str());
     compiled_ = partitions[0].compile(input_lts_, {output_lt_}, cpu_engine());
+    serialized_ = k == "ConvTransposeBackwardWeights";
+    key_hash_ = std::hash<std::string>{}(spec_.key());
 }
 
 dnnl::stream &thread_stream() {
@@ -225,6 +244,8 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
     for (size_t i = 0; i < inputs.size(); ++i)
         in.emplace_back(input_lts_[i], cpu_engine(), inputs[i]);
     std::vector<dg::tensor> out{dg::tensor(output_lt_, cpu_engine(), output)};
+    std::unique_lock<std::mutex> lock;
+    if (serialized_) lock = std::unique_lock<std::mutex>(execution_locks[key_hash_ % kLockStripes]);
     compiled_.execute(stream, in, out);
     stream.wait();
 }

@@ -43,10 +43,16 @@ public:
     const OpSpec &spec() const { return spec_; }
 
     // Runs once on raw pointers laid out as spec().inputs / spec().output. No GIL needed.
+    // Thread-safe: kinds the library cannot run concurrently take a lock (see serialized_).
     void execute(const std::vector<void *> &inputs, void *output) const;
 
 private:
     OpSpec spec_;
+    // oneDNN 3.2's ConvTransposeBackwardWeights shares its reduction scratchpad (and the
+    // barrier in it) between concurrent runs of one compiled partition: wrong values or a
+    // thread spinning forever. Such kinds run one thread at a time per spec key.
+    bool serialized_ = false;
+    size_t key_hash_ = 0;
     dnnl::graph::compiled_partition compiled_;
     std::vector<dnnl::graph::logical_tensor> input_lts_;
     dnnl::graph::logical_tensor output_lt_;

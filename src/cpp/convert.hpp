@@ -8,6 +8,8 @@
 
 #include <pybind11/numpy.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace onednn_convt {
@@ -16,5 +18,11 @@ namespace onednn_convt {
 // nothing, when the CPU lacks AVX2/F16C. Throws std::invalid_argument on bad arguments.
 bool convert(const pybind11::array &src, const std::string &src_code, pybind11::array &dst,
              const std::string &dst_code);
+
+// Whether n bf16 or f16 values hold no Inf and no NaN (an exponent of all ones).
+bool all_finite_16(const uint16_t *data, size_t n, const std::string &code);
+
+// The same for a C-contiguous bf16 or f16 array; throws std::invalid_argument otherwise.
+bool all_finite(const pybind11::array &a, const std::string &code);
 
 }  // namespace onednn_convt

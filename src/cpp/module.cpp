@@ -101,11 +101,15 @@ struct SignatureMismatch : std::exception {
 // The per-call fast path of one op object: a compiled op plus the NumPy dtypes it was
 // planned for. It runs only arrays that match the plan exactly (dtype, shape, strides,
 // alignment, no overlap between out and the inputs) and allocates the output itself.
+// With finite_code set ("bf16"/"f16"), a result holding an Inf or NaN also raises
+// SignatureMismatch after the run, so that the Python layer redoes the call its own way
+// (oneDNN 3.2's native low-precision kernels spread non-finite values; see ops.py).
 struct Executor {
     PyCompiledOp compiled;
     std::vector<py::dtype> input_dtypes;
     py::dtype output_dtype;
     bool dense_output;  // whether an output it allocates (C order) matches the compiled one
+    std::string finite_code;
 
     static bool is_dense(const TensorDesc &d) {
         int64_t step = 1;
@@ -155,10 +159,15 @@ struct Executor {
             }
         }
         void *dst = result.mutable_data();
+        bool finite = true;
         {
             py::gil_scoped_release release;
             compiled.op->execute(ptrs, dst);
+            if (!finite_code.empty())
+                finite = all_finite_16(static_cast<const uint16_t *>(dst),
+                                       static_cast<size_t>(result.size()), finite_code);
         }
+        if (!finite) throw SignatureMismatch();
         return result;
     }
 };
@@ -194,13 +203,25 @@ PYBIND11_MODULE(_core, m) {
 
     py::register_exception<SignatureMismatch>(m, "SignatureMismatch");
     py::class_<Executor>(m, "Executor")
-            .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out) {
-                     if (in.size() != c.op->spec().inputs.size())
+            .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out,
+                             std::string finite_code) {
+                     const auto &spec = c.op->spec();
+                     if (in.size() != spec.inputs.size())
                          throw std::invalid_argument("Executor: one dtype per input expected");
-                     const bool dense = Executor::is_dense(c.op->spec().output);
-                     return Executor{c, std::move(in), std::move(out), dense};
+                     // the item sizes must be the compiled ones: the pointers go to oneDNN as is
+                     for (size_t i = 0; i < in.size(); ++i)
+                         if (static_cast<size_t>(in[i].itemsize()) != itemsize_of(spec.inputs[i].dtype))
+                             throw std::invalid_argument("Executor: an input dtype differs from the compiled one");
+                     if (static_cast<size_t>(out.itemsize()) != itemsize_of(spec.output.dtype))
+                         throw std::invalid_argument("Executor: the output dtype differs from the compiled one");
+                     const bool dense = Executor::is_dense(spec.output);
+                     if (!finite_code.empty() &&
+                         (!dense || (finite_code != "bf16" && finite_code != "f16") || out.itemsize() != 2))
+                         throw std::invalid_argument("Executor: finite_code needs a dense bf16 or f16 output");
+                     return Executor{c, std::move(in), std::move(out), dense, std::move(finite_code)};
                  }),
-                 py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"))
+                 py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"),
+                 py::arg("finite_code") = "")
             .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
                  "Run on arrays matching the plan exactly, else raise SignatureMismatch.");
 
@@ -225,6 +246,9 @@ PYBIND11_MODULE(_core, m) {
             py::arg("src"), py::arg("src_code"), py::arg("dst"), py::arg("dst_code"),
             "Convert C-contiguous src into dst (same size) between f32 and bf16/f16, rounding\n"
             "to nearest even. Returns False (and does nothing) where this CPU lacks F16C/AVX2.");
+
+    m.def("all_finite", &all_finite, py::arg("array"), py::arg("code"),
+          "Whether an aligned C-contiguous bf16 (code 'bf16') or f16 array holds no Inf or NaN.");
 
     m.def("cache_info", [] {
         auto i = global_cache().info();
