@@ -51,7 +51,8 @@ def run(args: Any = None) -> int:
         fwd = ConvTranspose(**ATTRS)
         bwd_d = ConvTransposeBackwardData(**ATTRS)
         bwd_w = ConvTransposeBackwardWeights(weights_shape=w.shape, **ATTRS)
-        cases = [
+        Call = Callable[[], np.ndarray]
+        cases: list[tuple[str, Call, Call, tuple[int, ...], int]] = [
             ("ConvTranspose", lambda: fwd(xr, wr),
              lambda: reference.conv_transpose(xr, wr, **ATTRS), xr.shape, IC * K * K),
             ("ConvTransposeBackwardData", lambda: bwd_d(yr, wr),

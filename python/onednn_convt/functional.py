@@ -16,8 +16,9 @@ from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackward
 
 
 @functools.lru_cache(maxsize=128)
-def _cached(cls: type[_Op], items: tuple[tuple[str, Any], ...], types: Any) -> _Op:
-    return cls(**dict(items))
+def _cached(cls: Any, items: tuple[tuple[str, Any], ...], types: Any) -> _Op:
+    op: _Op = cls(**dict(items))  # cls: an op class (mypy does not see type[_Op] as Hashable)
+    return op
 
 
 def _types(v: Any) -> Any:
@@ -25,7 +26,7 @@ def _types(v: Any) -> Any:
     return tuple(_types(x) for x in v) if isinstance(v, (list, tuple)) else type(v)
 
 
-def _op(cls: type[_Op], attrs: dict[str, Any]) -> Any:
+def _op(cls: Any, attrs: dict[str, Any]) -> Any:
     items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
     try:
         hash(items)

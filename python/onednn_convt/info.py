@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,8 +43,9 @@ def dtype_support() -> dict[str, dict[str, str]]:
     x = rng.standard_normal((1, 2, 3))  # NCX, 1-D
     w = rng.standard_normal((2, 2, 2))  # IOX
     y = rng.standard_normal((1, 2, 4))
-    attrs = dict(data_format="NCX", weights_format="IOX")
-    calls = {
+    attrs: dict[str, Any] = dict(data_format="NCX", weights_format="IOX")
+    Convert = Callable[[np.ndarray, Any], np.ndarray]
+    calls: dict[str, Callable[[Convert, Any], np.ndarray]] = {
         "ConvTranspose": lambda c, t: ConvTranspose(strict=True, **attrs)(c(x, t), c(w, t)),
         "ConvTransposeBackwardData": lambda c, t: ConvTransposeBackwardData(strict=True, **attrs)(
             c(y, t), c(w, t)

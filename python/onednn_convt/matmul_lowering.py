@@ -61,10 +61,10 @@ def conv_transpose(
         with np.errstate(invalid="ignore", over="ignore"):  # Inf/NaN data: no warnings, as natively
             for q in range(r):
                 full[:, q : q + length] += blocks[:, :, :, q, :].transpose(0, 1, 3, 2)
-        full = full.reshape(n, (length + r - 1) * stride, oc)
+        rows = full.reshape(n, (length + r - 1) * stride, oc)
         dst = np.zeros((n, dst_size, oc), np.float32)
-        take = max(0, min(dst_size, full.shape[1] - pad_begin))
-        dst[:, :take] = full[:, pad_begin : pad_begin + take]
+        take = max(0, min(dst_size, rows.shape[1] - pad_begin))
+        dst[:, :take] = rows[:, pad_begin : pad_begin + take]
         bias = arrays[2] if len(arrays) > 2 else None
         if bias is not None:
             with np.errstate(invalid="ignore", over="ignore"):
