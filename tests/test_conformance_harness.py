@@ -18,8 +18,8 @@ from onednn_convt.conformance.harness import (
     parse_text,
 )
 
-#: oneDNN's own cases and harness lines (shared/ sits beside the repository).
-ONEDNN = str(Path(__file__).resolve().parents[2] / "shared" / "conformance" / "onednn")
+#: oneDNN's own graph test inputs for these ops, copied verbatim (tests/data/onednn/README.md)
+ONEDNN = str(Path(__file__).resolve().parent / "data" / "onednn")
 needs_onednn_files = pytest.mark.skipif(not os.path.isdir(ONEDNN), reason=f"{ONEDNN} not present")
 BASE = {
     "version": "3.2.0",
