@@ -52,3 +52,11 @@ def test_bad_arguments_raise():
         _core.convert(np.zeros(4, np.float16), "f16", np.zeros(4, np.float16), "bf16")
     with pytest.raises(ValueError, match="item sizes"):
         _core.convert(a, "f32", np.zeros(4, np.float32), "f16")
+    # a misaligned array (a view one byte into a buffer) would be read through a misaligned
+    # pointer: refused (the Python helpers hand the converter aligned copies)
+    raw = np.zeros(4 * 2 + 1, np.uint8)[1:].view(np.float16)
+    assert not raw.flags.aligned
+    with pytest.raises(ValueError, match="aligned"):
+        _core.convert(raw, "f16", np.zeros(4, np.float32), "f32")
+    with pytest.raises(ValueError, match="aligned"):
+        _core.convert(np.zeros(4, np.float32), "f32", raw, "f16")

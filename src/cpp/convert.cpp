@@ -75,6 +75,9 @@ bool convert(const py::array &src, const std::string &src_code, py::array &dst,
     if (src.size() != dst.size() || !c_contiguous(src) || !c_contiguous(dst))
         throw std::invalid_argument("convert: C-contiguous arrays of one size expected");
     if (!dst.writeable()) throw std::invalid_argument("convert: destination is read-only");
+    if (reinterpret_cast<uintptr_t>(src.data()) % src.itemsize() != 0 ||
+        reinterpret_cast<uintptr_t>(dst.data()) % dst.itemsize() != 0)
+        throw std::invalid_argument("convert: aligned arrays expected");
     const bool to_f32 = dst_code == "f32";
     const std::string &low = to_f32 ? src_code : dst_code;
     if (!to_f32 && src_code != "f32") throw std::invalid_argument("convert: one side must be f32");
