@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 
 import pytest
 from onednn_convt.bench import report, runner, suites
@@ -19,10 +20,22 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     import contextlib
     import io
 
+    from onednn_convt.bench.cli import set_threads
+    from onednn_convt.info import omp_max_threads
+
     stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--out", str(out),
-                     "--name", "run"])
+    env, threads = os.environ.get("OMP_NUM_THREADS"), omp_max_threads()
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            code = main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--out", str(out),
+                         "--name", "run"])
+    finally:  # the run sets the thread counts of the whole process: give the tests theirs back
+        if threads is not None:
+            set_threads(threads)
+        if env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env
     return {"code": code, "out": out, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
 
 
