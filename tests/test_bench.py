@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import statistics
 
 import pytest
 from onednn_convt.bench import report, runner, suites
@@ -81,7 +82,9 @@ def test_derived_figures_are_consistent(tiny_run: dict) -> None:
     for r in results:
         assert r["flops"] == 2 * 1 * 4 * 3 * 25 * 9
         assert r["gflops"] == pytest.approx(r["flops"] / r["median_ms"] / 1e6)
-        assert r["overhead_us"] == pytest.approx((r["out_median_ms"] - r["native_ms"]) * 1e3)
+        pairs = sorted(r["overhead_pairs_us"])  # paired out= - native samples
+        assert len(pairs) >= 3
+        assert r["overhead_us"] == pytest.approx(statistics.median(pairs))
         assert r["emulated"] == (r["dtype"] != "f32" and r["lowering"].endswith("(f32 emulation)"))
         if r.get("torch_ms") is not None:
             assert r["vs_torch"] == pytest.approx(r["torch_ms"] / r["median_ms"])
@@ -161,3 +164,27 @@ def test_bad_options_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -
 def test_geomean_helper() -> None:
     assert report._geomean([2.0, 8.0]) == pytest.approx(4.0)
     assert math.isclose(report._geomean([1.0]), 1.0)
+
+
+def test_measure_difference_alternates_and_pairs_samples() -> None:
+    """Batches alternate a, b, a, b with one batch size, and each difference pairs the two
+    samples taken side by side (a drift that hits both cancels out)."""
+    from onednn_convt.bench import timing
+
+    calls: list[tuple[str, int]] = []
+    drift = [0.0]
+
+    def runner(name: str, cost: float) -> timing.BatchRunner:
+        def run(k: int) -> float:
+            calls.append((name, k))
+            drift[0] += 1e-7  # the machine gets slower every batch
+            return k * (cost + drift[0])
+
+        return run
+
+    ta, tb, pairs = timing.measure_difference(runner("a", 3e-6), runner("b", 1e-6), repeat=5, budget=10.0)
+    names = [n for n, _ in calls[2:]]  # after one timing call of each
+    assert names == ["a", "b"] * 5
+    assert len({k for _, k in calls[2:]}) == 1
+    assert pairs == pytest.approx([2e-6 - 1e-7] * 5)  # b ran one drift step later than its a
+    assert ta.samples == tb.samples == 5 and ta.median > tb.median

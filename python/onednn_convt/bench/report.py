@@ -96,7 +96,7 @@ COLUMNS: list[tuple[str, Callable[[Record], str]]] = [
 LEGEND = (
     "compile = first call - steady median; median/IQR = our call (allocating its result); "
     "peak = % of the measured matmul peak for the dtype; native = the compiled partition in a C++ "
-    "loop; overhead = our out= call - native (for lowering* = emulated in f32 the native loop times "
+    "loop; overhead = our out= call - native, median of paired samples taken in alternation (for lowering* = emulated in f32 the native loop times "
     "the f32 kernel only, so overhead includes the conversions; for MatMul it includes the "
     "overlap-add); vs torch = torch time / our time (> 1: we are faster; ~ = PyTorch too slow to run, "
     "estimated from batch 1 times N); ref err = max abs error / "

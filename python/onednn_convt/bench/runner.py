@@ -11,6 +11,7 @@ spinning threads do not slow the next.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Optional
@@ -98,11 +99,12 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
 
     # every runner below has run already (the first call and the out= call), so no warm-up
     ours = timing.measure(timing.python_runner(lambda: op(*args)), opts.repeat, opts.budget, warm=True)
-    ours_out = timing.measure(
-        timing.python_runner(lambda: op(*args, out=out)), opts.repeat, opts.budget, warm=True
-    )
+    # out= call and native loop in alternating batches: their difference is the binding's
+    # overhead, which a shared machine's drift between two separate measurements would swamp
     run_native, note = peers.native_runner(case)
-    native = timing.measure(run_native, opts.repeat, opts.budget, warm=True)
+    ours_out, native, pairs = timing.measure_difference(
+        timing.python_runner(lambda: op(*args, out=out)), run_native, opts.repeat, opts.budget
+    )
     c3 = cache_info()
     _, rss_peak = timing.rss_bytes()
 
@@ -115,7 +117,8 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     rec["native_ms"] = native.median * 1e3
     rec["native_best_ms"] = native.best * 1e3
     rec["native_note"] = note
-    rec["overhead_us"] = (ours_out.median - native.median) * 1e6
+    rec["overhead_pairs_us"] = [d * 1e6 for d in pairs]
+    rec["overhead_us"] = statistics.median(pairs) * 1e6
     gflops = cfg.flops / ours.median / 1e9
     rec["gflops"] = gflops
     rec["pct_peak"] = 100.0 * gflops / peak_for(peak, cfg.dtype) if peak else None

@@ -115,6 +115,43 @@ def measure(
     return Timing(med, q1, q3, len(samples), batch, min(samples))
 
 
+def measure_difference(
+    a: BatchRunner, b: BatchRunner, repeat: int, budget: float
+) -> tuple[Timing, Timing, list[float]]:
+    """Time two operations in alternating batches (a, b, a, b, ...), so that both see the
+    same state of a shared machine, for the cost that ``a`` adds over ``b``.
+
+    Both have run before (no warm-up). Each pair of samples uses the same batch size.
+
+    Returns:
+        the timing per call of ``a`` and of ``b``, and the per-call difference a - b of each
+        pair of samples (seconds); its median is the figure to report.
+    """
+    repeat = max(_MIN_SAMPLES, int(repeat))
+    once = max(a(1), b(1), 1e-9)
+    batch = int(min(_MAX_BATCH, max(1, round(budget / repeat / 2 / once))))
+    sa: list[float] = []
+    sb: list[float] = []
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        while len(sa) < repeat:
+            sa.append(a(batch) / batch)
+            sb.append(b(batch) / batch)
+            if len(sa) >= _MIN_SAMPLES and time.perf_counter() - start > budget:
+                break
+    finally:
+        if enabled:
+            gc.enable()
+
+    def timing_of(samples: list[float]) -> Timing:
+        q1, med, q3 = quartiles(samples)
+        return Timing(med, q1, q3, len(samples), batch, min(samples))
+
+    return timing_of(sa), timing_of(sb), [x - y for x, y in zip(sa, sb)]
+
+
 def settle(seconds: float = 0.05) -> None:
     """Sleep briefly so that OpenMP worker threads of the previous runner stop spinning."""
     time.sleep(seconds)
