@@ -99,18 +99,31 @@ def measure(
         return Timing(once, once, once, 1, 1, once)
     per_sample = budget / repeat
     batch = int(min(_MAX_BATCH, max(1, round(per_sample / max(once, 1e-9)))))
-    samples: list[float] = []
+    [samples] = _sample([run], batch, repeat, budget)
+    return _timing(samples, batch)
+
+
+def _sample(runners: list[BatchRunner], batch: int, repeat: int, budget: float) -> list[list[float]]:
+    """Rounds of one batch of each runner in turn, with the garbage collector off: up to
+    ``repeat`` rounds, fewer (but 3 at least) once ``budget`` seconds are spent. Returns
+    each runner's seconds per call, a list per runner."""
+    samples: list[list[float]] = [[] for _ in runners]
     enabled = gc.isenabled()
     gc.disable()
     try:
         start = time.perf_counter()
-        while len(samples) < repeat:
-            samples.append(run(batch) / batch)
-            if len(samples) >= _MIN_SAMPLES and time.perf_counter() - start > budget:
+        while len(samples[0]) < repeat:
+            for run, out in zip(runners, samples):
+                out.append(run(batch) / batch)
+            if len(samples[0]) >= _MIN_SAMPLES and time.perf_counter() - start > budget:
                 break
     finally:
         if enabled:
             gc.enable()
+    return samples
+
+
+def _timing(samples: list[float], batch: int) -> Timing:
     q1, med, q3 = quartiles(samples)
     return Timing(med, q1, q3, len(samples), batch, min(samples))
 
@@ -130,26 +143,8 @@ def measure_difference(
     repeat = max(_MIN_SAMPLES, int(repeat))
     once = max(a(1), b(1), 1e-9)
     batch = int(min(_MAX_BATCH, max(1, round(budget / repeat / 2 / once))))
-    sa: list[float] = []
-    sb: list[float] = []
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        start = time.perf_counter()
-        while len(sa) < repeat:
-            sa.append(a(batch) / batch)
-            sb.append(b(batch) / batch)
-            if len(sa) >= _MIN_SAMPLES and time.perf_counter() - start > budget:
-                break
-    finally:
-        if enabled:
-            gc.enable()
-
-    def timing_of(samples: list[float]) -> Timing:
-        q1, med, q3 = quartiles(samples)
-        return Timing(med, q1, q3, len(samples), batch, min(samples))
-
-    return timing_of(sa), timing_of(sb), [x - y for x, y in zip(sa, sb)]
+    sa, sb = _sample([a, b], batch, repeat, budget)
+    return _timing(sa, batch), _timing(sb, batch), [x - y for x, y in zip(sa, sb)]
 
 
 def settle(seconds: float = 0.05) -> None:
