@@ -74,7 +74,8 @@ def _check_int_list(op: str, a: Attribute, value: Any) -> int | tuple[int, ...]:
         result: int | tuple[int, ...] = int(value)
     else:
         try:
-            if isinstance(value, (Mapping, set, frozenset)):  # keys / no order: not a list
+            # keys / no order / characters or bytes (iterating b"NCX" gives ints): not a list
+            if isinstance(value, (Mapping, set, frozenset, str, bytes, bytearray, memoryview)):
                 raise TypeError
             items = tuple(value)
         except TypeError:
