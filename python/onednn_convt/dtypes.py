@@ -10,6 +10,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from . import _core  # loaded by the package's __init__, after oneDNN is preloaded
+
 #: oneDNN code -> NumPy dtype, for the float tensors of every op.
 FLOAT_DTYPES: dict[str, np.dtype[Any]] = {
     "f32": np.dtype(np.float32),
@@ -52,21 +54,20 @@ def resolve(dtype: Any) -> str:
 
 def to_f32(a: np.ndarray) -> np.ndarray:
     """A C-contiguous float32 copy of a float array (fast path for bf16 and f16)."""
-    from . import _core
-
     code = code_of(a.dtype)
     if code in ("bf16", "f16"):
         out = np.empty(a.shape, np.float32)
         # aligned too: the converter reads uint16 elements (misaligned reads are UB in C++)
-        if _core.convert(np.require(a, requirements=("C", "A")), code, out, "f32"):
+        flags = a.flags
+        if not (flags.c_contiguous and flags.aligned):
+            a = a.copy(order="C")  # a fresh array is aligned
+        if _core.convert(a, code, out, "f32"):
             return out
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
 def round_f32(result: np.ndarray, dtype: np.dtype[Any], out: np.ndarray | None = None) -> np.ndarray:
     """``result`` (float32) rounded to nearest even in ``dtype``, written into ``out`` if given."""
-    from . import _core
-
     code = code_of(dtype)
     if code in ("bf16", "f16") and result.flags.c_contiguous:
         target = np.empty(result.shape, dtype) if out is None or not out.flags.c_contiguous else out
@@ -82,8 +83,6 @@ def round_f32(result: np.ndarray, dtype: np.dtype[Any], out: np.ndarray | None =
 
 def all_finite(a: np.ndarray) -> bool:
     """Whether a float array holds no Inf and no NaN (fast for C-contiguous bf16 and f16)."""
-    from . import _core
-
     code = code_of(a.dtype)
     if code in ("bf16", "f16") and a.flags.c_contiguous and a.flags.aligned:
         return bool(_core.all_finite(a, code))
