@@ -1,4 +1,5 @@
-"""Large 1-D kernels run as MatMul + overlap-add and still match the reference exactly."""
+"""Large 1-D kernels run as MatMul + overlap-add (forward) or as a MatMul over frames of
+diff_dst (BackwardData) and still match the reference."""
 
 from __future__ import annotations
 
@@ -32,12 +33,83 @@ def test_large_kernel_forward_matches_reference(data_format, weights_format, k, 
     assert accuracy.relative_error(got, ref) <= accuracy.tolerance("f32", ic * k)
 
 
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+@pytest.mark.parametrize("weights_format", ["IOX", "XOI"])
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize(
+    ("k", "s", "pb", "pe", "op"),
+    # pads inside the kernel, a crop larger than the stride, output_padding, k == 8 * s,
+    # a short diff_dst (every row an edge row), stride == kernel
+    [(130, 64, 5, 3, 2), (200, 30, 150, 7, 0), (128, 16, 0, 40, 3), (256, 256, 0, 0, 0), (129, 17, 60, 60, 0)],
+)
+def test_large_kernel_backward_data_matches_reference(data_format, weights_format, code, k, s, pb, pe, op):
+    rng = np.random.default_rng(k + s + pb)
+    dtype = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}[code]
+    n, ic, oc_, length = 2, 5, 3, 7
+    y = s * (length - 1) + k - pb - pe + op
+    dd = rng.standard_normal((n, oc_, y) if data_format == "NCX" else (n, y, oc_)).astype(dtype)
+    w = rng.standard_normal((ic, oc_, k) if weights_format == "IOX" else (k, oc_, ic)).astype(dtype)
+    attrs = dict(strides=s, pads_begin=pb, pads_end=pe, output_padding=op,
+                 data_format=data_format, weights_format=weights_format)
+    op_ = oc.ConvTransposeBackwardData(**attrs)
+    out = np.full((n, ic, length) if data_format == "NCX" else (n, length, ic), np.nan, dtype)
+    got = op_(dd, w, out=out)
+    assert got is out and op_.last_plan.lowering.kind == "MatMul"
+    del attrs["output_padding"]  # the forward's; BackwardData checks the shapes against it (D6)
+    ref = reference.conv_transpose_backward_data(dd, w, **attrs)
+    assert got.shape == ref.shape and got.dtype == dtype
+    assert accuracy.relative_error(got, ref) <= accuracy.tolerance(code, oc_ * k)
+    np.testing.assert_array_equal(op_(dd, w), got)  # the allocating call agrees
+
+
+def _backward_data_loop(dd: np.ndarray, w: np.ndarray, s: int, pb: int, length: int) -> np.ndarray:
+    """NCX/IOX BackwardData from the definition: only taps that land inside diff_dst."""
+    n, oc_, y = dd.shape
+    ic, _, k = w.shape
+    out = np.zeros((n, ic, length))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(length):
+            for j in range(k):
+                t = s * i + j - pb
+                if 0 <= t < y:
+                    out[:, :, i] += dd[:, :, t].astype(np.float64) @ w[:, :, j].T.astype(np.float64)
+    return out
+
+
+def test_backward_data_non_finite_weight_reaches_only_its_outputs():
+    """An Inf weight tap meets the frames' zero padding in the edge rows (0 * Inf = NaN): those
+    taps do not exist, so the edge rows are redone from the real taps. Classes (finite, NaN,
+    +Inf, -Inf) and finite values match a loop over the definition."""
+    rng = np.random.default_rng(5)
+    k, s, pb, length = 200, 30, 150, 9
+    y = s * (length - 1) + k - pb - 7
+    dd = rng.standard_normal((2, 2, y)).astype(np.float32)
+    w = rng.standard_normal((4, 2, k)).astype(np.float32)
+    w[0, 0, 0], w[1, 1, k - 1], w[2, 0, 3] = np.inf, -np.inf, np.nan
+    attrs = dict(strides=s, pads_begin=pb, pads_end=7, data_format="NCX", weights_format="IOX")
+    op_ = oc.ConvTransposeBackwardData(**attrs)
+    got = op_(dd, w)
+    assert op_.last_plan.lowering.kind == "MatMul"
+    want = _backward_data_loop(dd, w, s, pb, length)
+    for cls in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(cls(got), cls(want))
+    assert np.isfinite(want).any() and not np.isfinite(want).all()
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-3)
+
+
 def test_rule_boundaries():
     assert matmul_lowering.applies([matmul_lowering.MIN_KERNEL], 1, [1])
     assert not matmul_lowering.applies([matmul_lowering.MIN_KERNEL - 1], 1, [1])
     assert not matmul_lowering.applies([256], 2, [1])  # grouped
     assert not matmul_lowering.applies([256], 1, [2])  # dilated
     assert not matmul_lowering.applies([256, 1], 1, [1, 1])  # 2-D
+    # BackwardData: also at most MAX_OVERLAP taps per stride (the frames' size)
+    most = matmul_lowering.MAX_OVERLAP
+    assert matmul_lowering.applies_backward_data([256], 1, [1], [256 // most])
+    assert not matmul_lowering.applies_backward_data([256], 1, [1], [256 // most - 1])
+    assert not matmul_lowering.applies_backward_data([127], 1, [1], [127])
+    assert not matmul_lowering.applies_backward_data([256], 2, [1], [256])
 
 
 def test_inverse_stft_like_layer_bf16_and_out():

@@ -11,7 +11,14 @@ For src (N, L, IC) and weights W (IC, OC, k), with k padded with zeros to k' = r
     full[n, (i+q)*s + t, oc] = sum_q cols[n, i, oc, q, t]                    overlap-add
     dst = full[:, pads_begin : pads_begin + dst_size, :]   (zeros past the end) + bias
 
-The rule (documented in the README): 1 spatial dim, groups 1, dilation 1, kernel >= 128.
+BackwardData of such an op is a MatMul over frames of diff_dst (the gradient of the
+overlap-add is framing), with the frames' taps outside diff_dst left out:
+
+    frames[n, i, oc, j] = diff_dst[n, s*i + j - pads_begin, oc]   (0 outside: padding)
+    diff_src = frames.reshape(N, L, OC*k) @ W.reshape(IC, OC*k).T          oneDNN MatMul
+
+The rule (documented in the README): 1 spatial dim, groups 1, dilation 1, kernel >= 128;
+for BackwardData also kernel <= 8 * stride, so that the frames stay within 8 times diff_dst.
 """
 
 from __future__ import annotations
@@ -24,9 +31,20 @@ import numpy as np
 MIN_KERNEL = 128
 
 
+#: BackwardData: the largest kernel / stride ratio (the frames' size over diff_dst's)
+MAX_OVERLAP = 8
+
+
 def applies(kernel: Sequence[int], groups: int, dilations: Sequence[int]) -> bool:
     """Whether a ConvTranspose with these parameters takes the MatMul lowering."""
     return len(kernel) == 1 and groups == 1 and dilations[0] == 1 and kernel[0] >= MIN_KERNEL
+
+
+def applies_backward_data(
+    kernel: Sequence[int], groups: int, dilations: Sequence[int], strides: Sequence[int]
+) -> bool:
+    """Whether a ConvTransposeBackwardData with these parameters takes the MatMul lowering."""
+    return applies(kernel, groups, dilations) and kernel[0] <= MAX_OVERLAP * strides[0]
 
 
 def conv_transpose(
@@ -77,3 +95,62 @@ def conv_transpose(
         "finish": finish,
         "library_shape": (n, length, oc * padded),
     }
+
+
+def conv_transpose_backward_data(
+    dd_shape: Sequence[int], kernel: int, stride: int, pad_begin: int, src_size: int,
+    ic: int, data_format: str, weights_format: str,
+) -> dict[str, Any]:
+    """The pieces of a :class:`onednn_convt.ops.Lowering` for one BackwardData call.
+
+    Returns:
+        keyword arguments ``attrs``, ``prepare``, ``finish``, ``library_shape``.
+    """
+    ncx = data_format == "NCX"
+    n, oc, length = (dd_shape[0], dd_shape[1], dd_shape[2]) if ncx else (dd_shape[0], dd_shape[2], dd_shape[1])
+    extent = stride * (src_size - 1) + kernel  # the forward op's full output, pads included
+    # rows whose frame has taps outside diff_dst: [0, first) and [last, src_size)
+    first = min(src_size, -(-pad_begin // stride))
+    last = max(first, min(src_size, (length + pad_begin - kernel) // stride + 1))
+
+    def frames_of(dd: np.ndarray) -> np.ndarray:
+        """(N, L, OC, k): frame i holds full[s*i : s*i + k] of the zero-padded diff_dst."""
+        rows = dd.transpose(0, 2, 1) if ncx else dd  # (N, length, OC), a view
+        full = np.zeros((n, extent, oc), dd.dtype)
+        take = max(0, min(length, extent - pad_begin))
+        full[:, pad_begin : pad_begin + take] = rows[:, :take]
+        windows = np.lib.stride_tricks.sliding_window_view(full, kernel, axis=1)  # (N, ., OC, k)
+        return windows[:, : stride * (src_size - 1) + 1 : stride]
+
+    def matrix(w: np.ndarray) -> np.ndarray:
+        """W as (IC, OC*k), taps fastest (a view for IOX)."""
+        w3 = w if weights_format == "IOX" else w.transpose(2, 1, 0)  # (IC, OC, k)
+        return w3.reshape(ic, oc * kernel)
+
+    def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
+        dd, w = args[0], args[1]
+        frames = np.ascontiguousarray(frames_of(dd)).reshape(n, src_size, oc * kernel)
+        return [frames, matrix(w).T]  # (OC*k, IC): a transposed view, which MatMul reads as is
+
+    def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
+        result = out.astype(np.float32, copy=False)  # (N, L, IC)
+        if not np.isfinite(result[:, :first]).all() or not np.isfinite(result[:, last:]).all():
+            # a non-finite weight met the padding's zeros (0 * Inf = NaN) in an edge row:
+            # those taps do not exist, so redo the edge rows from the real taps only
+            dd = np.asarray(arrays[0], np.float32)
+            w = matrix(np.asarray(arrays[1], np.float32)).reshape(ic, oc, kernel)
+            rows = dd.transpose(0, 2, 1) if ncx else dd
+            with np.errstate(invalid="ignore", over="ignore"):
+                for i in [*range(first), *range(last, src_size)]:
+                    lo, hi = max(0, stride * i - pad_begin), min(length, stride * i - pad_begin + kernel)
+                    taps = slice(lo - (stride * i - pad_begin), hi - (stride * i - pad_begin))
+                    result[:, i] = np.einsum("nto,cot->nc", rows[:, lo:hi], w[:, :, taps]) if hi > lo else 0
+        return np.ascontiguousarray(result.transpose(0, 2, 1)) if ncx else result
+
+    return {
+        "attrs": {},
+        "prepare": prepare,
+        "finish": finish,
+        "library_shape": (n, src_size, ic),
+    }
+

@@ -32,7 +32,8 @@ class Lowering:
 
     Attributes:
         kind: library op kind that runs (``"Convolution"`` for BackwardData, spec D9;
-            ``"MatMul"`` for large 1-D kernels, see :mod:`onednn_convt.matmul_lowering`).
+            ``"MatMul"`` for large 1-D kernels, forward and BackwardData, see
+            :mod:`onednn_convt.matmul_lowering`).
         attrs: library attributes, fully resolved (explicit pads, auto_pad ``"None"``).
         inputs: indices of the call's inputs passed to the library, in its order.
         out_shape: shape of the result.
@@ -585,9 +586,15 @@ class ConvTransposeBackwardData(_Op):
             msg = f"{self.op_name}: diff_src spatial size would be {xs}; diff_dst {ys} is too small for the kernel and pads"
             raise ValueError(msg)
         self._check_forward_extent(xs, ys, kernel, geometry, "diff_src", "diff_dst")
+        out_shape = shapes.join_activation(n, i, xs, a["data_format"])
+        if matmul_lowering.applies_backward_data(kernel, g, geometry[1], geometry[0]):
+            parts = matmul_lowering.conv_transpose_backward_data(
+                dd.shape, kernel[0], geometry[0][0], geometry[2][0], xs[0], i, a["data_format"], a["weights_format"]
+            )
+            return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
         conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
         attrs = self._library_attrs(geometry, conv_format)
-        return Lowering("Convolution", attrs, (0, 1), shapes.join_activation(n, i, xs, a["data_format"]))
+        return Lowering("Convolution", attrs, (0, 1), out_shape)
 
 
 class ConvTransposeBackwardWeights(_Op):
