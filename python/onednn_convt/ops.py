@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _core, dtypes, limits, matmul_lowering, schema, shapes
+from . import _core, dtypes, limits, lowerings, matmul_lowering, schema, shapes
 from .errors import UnsupportedError
 from .schema import IntList
 
@@ -31,8 +31,9 @@ class Lowering:
     """How one call maps onto a library op.
 
     Attributes:
-        kind: library op kind that runs (``"Convolution"`` for BackwardData, spec D9;
-            ``"MatMul"`` for large 1-D kernels, forward and BackwardData, see
+        kind: library op kind that runs (``"Convolution"`` or ``"ConvTransposeBackwardData"``
+            for BackwardData, spec D9 and :mod:`onednn_convt.lowerings`; ``"MatMul"`` for
+            large 1-D kernels, forward and BackwardData, see
             :mod:`onednn_convt.matmul_lowering`).
         attrs: library attributes, fully resolved (explicit pads, auto_pad ``"None"``).
         inputs: indices of the call's inputs passed to the library, in its order.
@@ -531,8 +532,9 @@ class ConvTransposeBackwardData(_Op):
 
     Per spatial dim, diff_src = floor((diff_dst + pads_begin + pads_end - dilation*(k-1)-1) /
     stride) + 1. Runs as the library's Convolution op over the same weights memory, which
-    handles dilations correctly (spec D9). ``output_padding``, if given, is the forward's and
-    is checked against the shapes only (D6).
+    handles dilations correctly (spec D9), or, without dilation in 1-D or NCX, as the
+    library's ConvTransposeBackwardData, which is faster there (:mod:`onednn_convt.lowerings`).
+    ``output_padding``, if given, is the forward's and is checked against the shapes only (D6).
 """
         + _ATTR_DOC
     )
@@ -592,6 +594,10 @@ class ConvTransposeBackwardData(_Op):
                 dd.shape, kernel[0], geometry[0][0], geometry[2][0], xs[0], i, a["data_format"], a["weights_format"]
             )
             return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
+        kind = lowerings.backward_data_kind(geometry[1], a["data_format"])
+        if kind == lowerings.CONV_TRANSPOSE_BACKWARD_DATA:  # no dilation, where it is faster
+            attrs = self._library_attrs(geometry)
+            return Lowering(kind, attrs, (0, 1), out_shape)
         conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
         attrs = self._library_attrs(geometry, conv_format)
         return Lowering("Convolution", attrs, (0, 1), out_shape)
