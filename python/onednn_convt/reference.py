@@ -24,7 +24,9 @@ Per spatial dim, with stride ``s``, dilation ``d``, kernel ``k``, ``ek = d * (k 
 pads ``pb``/``pe`` and output padding ``op``, the forward output size is
 ``s * (src - 1) + ek - pb - pe + op``: the input is scattered into a "full" buffer
 (``full[s*i + j*d] += src[i] * W[j]``) which is then read at ``full[t + pb]`` with zeros outside.
-The two backward ops are the exact adjoints of that map with respect to ``src`` and ``weights``.
+The two backward ops are the exact adjoints of that map with respect to ``src`` and ``weights``:
+sums over the taps that land inside ``diff_dst`` only (a tap in the pads or the cropped part
+does not exist, so an Inf there meets no zero and makes no NaN).
 
 Internally everything is computed channels-last with weights as ``(X..., IC, OC/G)``; the
 computation is vectorised over batch, pixels and channels (one batched matmul per kernel
@@ -295,16 +297,27 @@ def _window(
     return (slice(None), *spatial, slice(None))
 
 
-def _padded_diff_dst(dd: _F64, pads_begin: Sequence[int], lengths: Sequence[int]) -> _F64:
-    """Zero buffer ``(N, lengths..., C)`` holding channels-last ``dd`` at offset ``pads_begin``.
-
-    Position ``p`` of the buffer holds ``dd[p - pb]`` (zero when out of range), i.e. the
-    ``full`` coordinate system of the forward op.
+def _taps_inside(
+    start: Sequence[int], pads_begin: Sequence[int], lengths: Sequence[int],
+    strides: Sequence[int], count: Sequence[int],
+) -> tuple[tuple[slice, ...], tuple[slice, ...], list[int]] | None:
+    """For one kernel position (offset ``start`` in the forward op's "full" buffer), the
+    ``src`` positions ``i`` whose tap lands inside ``diff_dst`` (``0 <= start + s*i - pb <
+    len``), as index tuples into channels-last ``src`` and ``diff_dst`` and their counts per
+    dim; None when there are none. Taps outside ``diff_dst`` (in the pads, the output padding
+    or past the end) do not exist: they are left out, not multiplied by zero (0 * Inf = NaN).
     """
-    buf = np.zeros((dd.shape[0], *lengths, dd.shape[-1]), dtype=np.float64)
-    inner = tuple(slice(pb, pb + t) for pb, t in zip(pads_begin, dd.shape[1:-1]))
-    buf[(slice(None), *inner, slice(None))] = dd
-    return buf
+    src_idx, dd_idx, counts = [], [], []
+    for b, pb, t, st, c in zip(start, pads_begin, lengths, strides, count):
+        lo = max(0, -((b - pb) // st))  # ceil((pb - b) / st)
+        hi = min(c, (pb + t - 1 - b) // st + 1)
+        if hi <= lo:
+            return None
+        src_idx.append(slice(lo, hi))
+        first = b + st * lo - pb
+        dd_idx.append(slice(first, first + st * (hi - lo - 1) + 1, st))
+        counts.append(hi - lo)
+    return (slice(None), *src_idx, slice(None)), (slice(None), *dd_idx, slice(None)), counts
 
 
 class _Common:
@@ -458,7 +471,8 @@ def conv_transpose_backward_data(
     The exact adjoint of :func:`conv_transpose` (without bias) w.r.t. ``src``. Per spatial dim
     ``diff_src`` has size ``floor((diff_dst + pb + pe - ek) / s) + 1`` and
     ``diff_src[n, ic, i] = sum_{o, j} diff_dst[n, g*(OC/G) + o, s*i + j*d - pb] * W[ic, o, j]``
-    where out-of-range ``diff_dst`` indices contribute zero.
+    over the taps whose ``diff_dst`` index is in range (the others do not exist: a non-finite
+    weight there does not make NaN).
 
     Args:
         diff_dst: Output gradient, ``(N, OC, X...)`` for ``NCX`` or ``(N, X..., OC)`` for
@@ -512,20 +526,20 @@ def conv_transpose_backward_data(
 
     n = dd.shape[0]
     icg = ic // g
-    m = n * math.prod(in_sp)
-    buf_len = [
-        max(pb + t, s * (i - 1) + e)
-        for pb, t, s, i, e in zip(attrs.pads_begin, out_sp, attrs.strides, in_sp, attrs.ek)
-    ]
-    padded = _padded_diff_dst(_to_channels_last(dd, data_format), attrs.pads_begin, buf_len)
+    dd_cl = _to_channels_last(dd, data_format)  # (N, Y..., OC)
     wk = _weights_to_kio(w, weights_format)  # (X..., IC, OC/G)
 
-    acc = np.zeros((g, m, icg), dtype=np.float64)
+    acc = np.zeros((n, *in_sp, g, icg), dtype=np.float64)
     for kpos, start in zip(attrs.kpositions, attrs.starts):
-        slab = padded[_window(start, in_sp, attrs.strides)]  # (N, X..., OC)
-        slab = slab.reshape(m, g, o).transpose(1, 0, 2)  # (G, M, O)
-        acc += np.matmul(slab, wk[kpos].reshape(g, icg, o).transpose(0, 2, 1))
-    diff_src = acc.transpose(1, 0, 2).reshape(n, *in_sp, ic)
+        inside = _taps_inside(start, attrs.pads_begin, out_sp, attrs.strides, in_sp)
+        if inside is None:
+            continue
+        src_idx, dd_idx, counts = inside
+        m = n * math.prod(counts)
+        slab = dd_cl[dd_idx].reshape(m, g, o).transpose(1, 0, 2)  # (G, M, O)
+        contrib = np.matmul(slab, wk[kpos].reshape(g, icg, o).transpose(0, 2, 1))  # (G, M, ICg)
+        acc[src_idx] += contrib.transpose(1, 0, 2).reshape(n, *counts, g, icg)
+    diff_src = acc.reshape(n, *in_sp, ic)
     return _from_channels_last(diff_src, data_format)
 
 
@@ -547,7 +561,8 @@ def conv_transpose_backward_weights(
 
     The exact adjoint of :func:`conv_transpose` (without bias) w.r.t. ``weights``:
     ``diff_W[ic, o, j] = sum_{n, i} src[n, ic, i] * diff_dst[n, g*(OC/G) + o, s*i + j*d - pb]``
-    where out-of-range ``diff_dst`` indices contribute zero. The spatial sizes of ``src`` and
+    over the taps whose ``diff_dst`` index is in range (the others do not exist: a non-finite
+    weight there does not make NaN). The spatial sizes of ``src`` and
     ``diff_dst`` are not required to match the forward shape formula; the sum above is
     well-defined for any sizes.
 
@@ -615,17 +630,17 @@ def conv_transpose_backward_weights(
     out_sp = _spatial_shape(dd.shape, data_format)
     n = x.shape[0]
     icg = ic // g
-    m = n * math.prod(in_sp)
-    buf_len = [
-        max(pb + t, s * (i - 1) + e)
-        for pb, t, s, i, e in zip(attrs.pads_begin, out_sp, attrs.strides, in_sp, attrs.ek)
-    ]
-    padded = _padded_diff_dst(_to_channels_last(dd, data_format), attrs.pads_begin, buf_len)
-    xg_t = _to_channels_last(x, data_format).reshape(m, g, icg).transpose(1, 2, 0)  # (G,ICg,M)
+    x_cl = _to_channels_last(x, data_format)  # (N, X..., IC)
+    dd_cl = _to_channels_last(dd, data_format)  # (N, Y..., OC)
 
-    dw = np.empty((*kernel, ic, o), dtype=np.float64)
+    dw = np.zeros((*kernel, ic, o), dtype=np.float64)
     for kpos, start in zip(attrs.kpositions, attrs.starts):
-        slab = padded[_window(start, in_sp, attrs.strides)]  # (N, X..., OC)
-        slab = slab.reshape(m, g, o).transpose(1, 0, 2)  # (G, M, O)
+        inside = _taps_inside(start, attrs.pads_begin, out_sp, attrs.strides, in_sp)
+        if inside is None:
+            continue  # this tap never lands inside diff_dst: its gradient is 0
+        src_idx, dd_idx, counts = inside
+        m = n * math.prod(counts)
+        xg_t = x_cl[src_idx].reshape(m, g, icg).transpose(1, 2, 0)  # (G, ICg, M)
+        slab = dd_cl[dd_idx].reshape(m, g, o).transpose(1, 0, 2)  # (G, M, O)
         dw[kpos] = np.matmul(xg_t, slab).reshape(ic, o)
     return _weights_from_kio(dw, weights_format)
