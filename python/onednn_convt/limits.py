@@ -232,9 +232,12 @@ def estimate(
             a.nbytes if a.size else 0 for a in inputs if _needs_copy(a)
         ),
         "f32 copies (emulated dtype)": (in_elems + lib_elems) * 4 if emulated else 0,
-        "library output before finishing": lib_elems * compute if low.finish is not None else 0,
-        # the overlap-add of the MatMul lowering: a padded f32 sum, the crop, the transpose
-        "finishing step": 3 * out_elems * 4 if low.finish is not None else 0,
+        "inputs prepared for the library": low.prepared_elems * compute,
+        # (emulated: already among the f32 copies)
+        "library output before finishing": lib_elems * compute if low.finish is not None and not emulated else 0,
+        # the MatMul lowering's finish: the library output widened to f32 (native 16-bit
+        # dtypes), then for the forward op a padded f32 sum, the crop and the transpose
+        "finishing step": (3 * out_elems + (lib_elems if compute != 4 else 0)) * 4 if low.finish is not None else 0,
     }
     # oneDNN 3.2 reorders plain NCX activations (and any BackwardWeights problem) to its
     # blocked layouts: one working copy of each tensor (measured: NXC forward and

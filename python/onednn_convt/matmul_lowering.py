@@ -54,7 +54,8 @@ def conv_transpose(
     """The pieces of a :class:`onednn_convt.ops.Lowering` for one forward call.
 
     Returns:
-        keyword arguments ``attrs``, ``prepare``, ``finish``, ``library_shape``.
+        keyword arguments ``attrs``, ``prepare``, ``finish``, ``library_shape``,
+        ``prepared_elems``.
     """
     ncx = data_format == "NCX"
     n, length = src_shape[0], (src_shape[2] if ncx else src_shape[1])
@@ -94,6 +95,8 @@ def conv_transpose(
         "prepare": prepare,
         "finish": finish,
         "library_shape": (n, length, oc * padded),
+        # the zero-padded weights copy (when the kernel is not a multiple of the stride)
+        "prepared_elems": (src_shape[1] if ncx else src_shape[2]) * oc * padded if padded != kernel else 0,
     }
 
 
@@ -104,7 +107,8 @@ def conv_transpose_backward_data(
     """The pieces of a :class:`onednn_convt.ops.Lowering` for one BackwardData call.
 
     Returns:
-        keyword arguments ``attrs``, ``prepare``, ``finish``, ``library_shape``.
+        keyword arguments ``attrs``, ``prepare``, ``finish``, ``library_shape``,
+        ``prepared_elems``.
     """
     ncx = data_format == "NCX"
     n, oc, length = (dd_shape[0], dd_shape[1], dd_shape[2]) if ncx else (dd_shape[0], dd_shape[2], dd_shape[1])
@@ -152,5 +156,6 @@ def conv_transpose_backward_data(
         "prepare": prepare,
         "finish": finish,
         "library_shape": (n, src_size, ic),
+        "prepared_elems": n * extent * oc + n * src_size * oc * kernel,  # zero-padded rows, frames
     }
 

@@ -42,6 +42,8 @@ class Lowering:
         finish: optional; turns the library's output (of ``library_shape``) and the call's
             inputs into the result, in f32.
         library_shape: shape of the library's output when ``finish`` is set.
+        prepared_elems: elements ``prepare`` allocates (copies it makes; the memory estimate
+            counts them in the compute dtype).
     """
 
     kind: str
@@ -51,6 +53,7 @@ class Lowering:
     prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None
     finish: Optional[Callable[[np.ndarray, Sequence[Any]], np.ndarray]] = None
     library_shape: tuple[int, ...] = ()
+    prepared_elems: int = 0
 
     def library_args(self, arrays: Sequence[Any], emulated: bool) -> list[np.ndarray]:
         """The arrays handed to the library (emulated: f32 copies of the inputs first)."""
