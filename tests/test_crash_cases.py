@@ -76,6 +76,11 @@ CORE = [
     ("conv_groups_minus_1", 'compile("Convolution", attrs(groups=-1, weights_format="OIX"), [dense([1, 6, 7, 7]), dense([4, 6, 3, 3])], dense([1, 4, 5, 5]))'),
     ("bwd_w_groups_0", 'compile("ConvTransposeBackwardWeights", attrs(groups=0, weights_shape=[4, 6, 3, 3]), [dense([1, 4, 5, 5]), dense([1, 6, 7, 7])], dense([4, 6, 3, 3]))'),
     ("bwd_w_strides_0", 'compile("ConvTransposeBackwardWeights", attrs(strides=[0, 0], weights_shape=[4, 6, 3, 3]), [dense([1, 4, 5, 5]), dense([1, 6, 7, 7])], dense([4, 6, 3, 3]))'),
+    # ConvolutionBackwardWeights (BackwardWeights in 2-D/3-D NXC, onednn_convt.lowerings)
+    ("conv_bwd_w_groups_0", 'compile("ConvolutionBackwardWeights", attrs(groups=0, weights_format="OIX", weights_shape=[4, 6, 3, 3]), [dense([1, 6, 7, 7]), dense([1, 4, 5, 5])], dense([4, 6, 3, 3]))'),
+    ("conv_bwd_w_strides_0", 'compile("ConvolutionBackwardWeights", attrs(strides=[0, 0], weights_format="OIX", weights_shape=[4, 6, 3, 3]), [dense([1, 6, 7, 7]), dense([1, 4, 5, 5])], dense([4, 6, 3, 3]))'),
+    ("conv_bwd_w_channels", 'compile("ConvolutionBackwardWeights", attrs(weights_format="OIX", weights_shape=[4, 6, 3, 3]), [dense([1, 6, 7, 7]), dense([1, 5, 5, 5])], dense([4, 6, 3, 3]))'),
+    ("conv_bwd_w_groups_split", 'compile("ConvolutionBackwardWeights", attrs(groups=4, weights_format="OIX", weights_shape=[4, 6, 3, 3]), [dense([1, 6, 7, 7]), dense([1, 4, 5, 5])], dense([4, 6, 3, 3]))'),
     # not a crash but a wrong answer: oneDNN's consistency check overflows and accepts it
     ("fwd_pads_overflow", 'compile("ConvTranspose", attrs(pads_end=[2**62, 0]), [dense([1, 4, 5, 5]), dense([4, 6, 3, 3])], dense([1, 6, 7, 7]))'),
 ]

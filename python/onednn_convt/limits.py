@@ -195,7 +195,7 @@ def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:
     if "strides" not in a:  # MatMul: no geometry
         return
     data_format, weights_format = a["data_format"], a["weights_format"]
-    bwd_w = low.kind == "ConvTransposeBackwardWeights"
+    bwd_w = "weights_shape" in a  # a BackwardWeights op: its output is the weights
     weights = tuple(a["weights_shape"]) if bwd_w else tuple(arrays[low.inputs[1]].shape)
     src = tuple(arrays[low.inputs[0]].shape)
     dst = tuple(arrays[low.inputs[1]].shape) if bwd_w else tuple(low.out_shape)
@@ -239,15 +239,12 @@ def estimate(
         # dtypes), then for the forward op a padded f32 sum, the crop and the transpose
         "finishing step": (3 * out_elems + (lib_elems if compute != 4 else 0)) * 4 if low.finish is not None else 0,
     }
-    # oneDNN 3.2 reorders plain NCX activations (and any BackwardWeights problem) to its
-    # blocked layouts: one working copy of each tensor (measured: NXC forward and
-    # BackwardData make none). Weights are small and always counted.
+    # oneDNN 3.2 reorders plain NCX activations (and any ConvTransposeBackwardWeights
+    # problem) to its blocked layouts: one working copy of each tensor (measured: NXC
+    # forward, BackwardData and ConvolutionBackwardWeights make none). Weights are small
+    # and always counted.
     if "strides" in low.attrs:
-        weights_elems = math.prod(
-            low.attrs["weights_shape"]
-            if low.kind == "ConvTransposeBackwardWeights"
-            else inputs[1].shape
-        )
+        weights_elems = math.prod(low.attrs.get("weights_shape", inputs[1].shape))
         if low.attrs["data_format"] == "NCX" or low.kind == "ConvTransposeBackwardWeights":
             parts["library working copies"] = (in_elems + out_elems) * compute
         else:

@@ -1,10 +1,18 @@
 """Which library op runs each op: the rules chosen from measurement (README, "Lowerings").
 
 Every choice below computes the same op; they differ in the kernels and reorders oneDNN 3.2
-picks for them (benchmarks/NOTES.md has the side-by-side timings behind each rule):
+picks for them. ``python benchmarks/compare_lowerings.py fwd`` (or ``bwd_d``, ``bwd_w``) times
+both lowerings of each models-suite configuration side by side; the figures below are its:
 
 - ConvTranspose runs as the library's ``ConvTranspose`` (or as ``MatMul`` + overlap-add for
-  large 1-D kernels, :mod:`onednn_convt.matmul_lowering`).
+  large 1-D kernels, :mod:`onednn_convt.matmul_lowering`), except a depthwise one (one input
+  and one output channel per group) with every stride 1 in NXC (:func:`forward_kind`): that is
+  a forward ``Convolution`` over the spatially flipped weights with pads ``d*(k-1) - pb`` and
+  ``d*(k-1) - pe``, which oneDNN 3.2 runs on NXC directly where its ConvTranspose reorders to
+  blocked layouts and back; measured 0.37x (f32) and 0.50x (bf16) of the ConvTranspose
+  time on the models suite's depthwise layer. The flipped weights are a copy per call
+  (the weights of a depthwise layer are small). Dense and grouped stride-1 layers measured
+  0.6-1.4x either way, NCX depthwise 1.2-2x slower, so they keep ConvTranspose.
 - ConvTransposeBackwardData runs as ``MatMul`` over frames of diff_dst for large 1-D kernels
   (:mod:`onednn_convt.matmul_lowering`); otherwise as the library's forward ``Convolution`` over the same
   weights memory (IOX read as OIX, XOI as XIO; spec D9), which handles dilations, except
@@ -14,15 +22,76 @@ picks for them (benchmarks/NOTES.md has the side-by-side timings behind each rul
   library's op took 0.24-0.38x the Convolution lowering's time in 1-D (gemm-based kernels)
   and 0.42-1.07x in 2-D/3-D NCX (geometric mean 0.83x: no activation reorders); in 2-D/3-D
   NXC it took 0.88-2.8x, so there the Convolution lowering stays (its kernels read NXC).
-- ConvTransposeBackwardWeights runs as the library's ``ConvTransposeBackwardWeights``.
+- ConvTransposeBackwardWeights runs as the library's ``ConvTransposeBackwardWeights``, except
+  in 2-D and 3-D NXC (:func:`backward_weights_kind`), where it runs as the backward-weights of
+  the convolution that BackwardData is (spec D9): ``ConvolutionBackwardWeights`` with src =
+  diff_dst, diff_dst = src and the weights read as OIX (IOX) or XIO (XOI). oneDNN 3.2 runs
+  that on NXC activations directly (ConvTransposeBackwardWeights reorders both to blocked
+  layouts): on the models suite 0.16-0.26x the time on the depthwise layer, 0.38-0.74x on the
+  3-D layer, 0.53-1.0x on the DCGAN layers, 0.86x on U-Net bf16, but 1.6x on U-Net f32
+  (geometric mean over the ten 2-D/3-D NXC configurations 0.62x). In NCX it measured
+  1.0-2.3x slower, in 1-D 0.84-1.7x, so those keep the library's op.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 CONVOLUTION = "Convolution"
+CONV_TRANSPOSE = "ConvTranspose"
 CONV_TRANSPOSE_BACKWARD_DATA = "ConvTransposeBackwardData"
+CONV_TRANSPOSE_BACKWARD_WEIGHTS = "ConvTransposeBackwardWeights"
+CONVOLUTION_BACKWARD_WEIGHTS = "ConvolutionBackwardWeights"
+
+
+def convolution_pads(
+    kernel: Sequence[int], dilations: Sequence[int], pads_begin: Sequence[int], pads_end: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """Pads of the stride-1 forward Convolution equal to a stride-1 ConvTranspose:
+    ``d*(k-1) - pb`` and ``d*(k-1) - pe`` (negative when the ConvTranspose crops more)."""
+    ek = [d * (k - 1) for k, d in zip(kernel, dilations)]
+    return [e - p for e, p in zip(ek, pads_begin)], [e - p for e, p in zip(ek, pads_end)]
+
+
+def forward_kind(
+    kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], pads_begin: Sequence[int],
+    pads_end: Sequence[int], groups: int, ic: int, oc: int, data_format: str,
+) -> str:
+    """The library op kind that runs a ConvTranspose call (outside the MatMul lowering)."""
+    depthwise = ic == groups and oc == groups
+    if depthwise and data_format == "NXC" and all(s == 1 for s in strides):
+        begin, end = convolution_pads(kernel, dilations, pads_begin, pads_end)
+        if min(begin + end) >= 0:
+            return CONVOLUTION
+    return CONV_TRANSPOSE
+
+
+def convolution_weights(w: np.ndarray, weights_format: str, groups: int) -> np.ndarray:
+    """ConvTranspose weights as the weights of the equivalent stride-1 forward Convolution:
+    per group the I and O dims swapped and the spatial dims reversed, IOX ``(IC, OC/G, X...)``
+    to OIX ``(OC, IC/G, X...)`` and XOI ``(X..., OC/G, IC)`` to XIO ``(X..., IC/G, OC)``.
+    A new C-contiguous array (oneDNN takes no negative strides)."""
+    r = w.ndim - 2
+    if weights_format == "IOX":
+        ic, ocg, kernel = w.shape[0], w.shape[1], w.shape[2:]
+        swapped = w.reshape(groups, ic // groups, ocg, *kernel).swapaxes(1, 2)
+        out = swapped.reshape(ocg * groups, ic // groups, *kernel)
+        axes = tuple(range(2, 2 + r))
+    else:
+        kernel, ocg, ic = w.shape[:r], w.shape[r], w.shape[r + 1]
+        split = w.reshape(*kernel, ocg, groups, ic // groups)
+        out = np.moveaxis(split, (r, r + 2), (r + 2, r)).reshape(*kernel, ic // groups, ocg * groups)
+        axes = tuple(range(r))
+    return np.ascontiguousarray(np.flip(out, axes))
+
+
+def backward_weights_kind(rank: int, data_format: str) -> str:
+    """The library op kind that runs a ConvTransposeBackwardWeights call."""
+    if rank >= 2 and data_format == "NXC":
+        return CONVOLUTION_BACKWARD_WEIGHTS
+    return CONV_TRANSPOSE_BACKWARD_WEIGHTS
 
 
 def backward_data_kind(dilations: Sequence[int], data_format: str) -> str:

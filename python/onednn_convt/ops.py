@@ -72,7 +72,8 @@ class _Plan:
     dtype: np.dtype[Any]
     emulated: bool
     fixers: list[Optional[Callable[[np.ndarray], np.ndarray]]] = field(default_factory=list)
-    #: the C++ fast path for arrays that match this plan exactly (direct plans only)
+    #: the C++ fast path for arrays that match this plan exactly (direct plans whose inputs
+    #: go to the library as given: no prepare step)
     executor: Any = None
     #: native bf16/f16 plans: makes the f32-emulated plan that redoes a call whose result
     #: holds an Inf or NaN (see _guarded)
@@ -318,7 +319,8 @@ class _Op:
                 return _Op._compile(lowering, arrays, None, dtype, "f32", emulated=True)
 
             plan.make_fallback = make_fallback
-        if plan.direct and not plan.fixers and (not guard or out_desc[1] == _dense_strides(shape)):
+        fast_ok = plan.direct and not plan.fixers and lowering.prepare is None  # arrays go in as given
+        if fast_ok and (not guard or out_desc[1] == _dense_strides(shape)):
             # with a guard the executor checks the result for Inf/NaN too (a dense one only)
             plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype, guard)
         return plan
@@ -523,9 +525,20 @@ class ConvTranspose(_Op):
                 src.shape, kernel[0], s[0], geometry[2][0], ys[0], o, a["data_format"], a["weights_format"]
             )
             return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
+        inputs = (0, 1) if bias is None else (0, 1, 2)
+        if lowerings.forward_kind(kernel, *geometry, g, ic, o * g, a["data_format"]) == lowerings.CONVOLUTION:
+            # depthwise, stride 1, NXC: a Convolution over flipped weights (stride 1: no output_padding)
+            conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
+            attrs = self._library_attrs(geometry, conv_format)
+            attrs["pads_begin"], attrs["pads_end"] = lowerings.convolution_pads(kernel, geometry[1], geometry[2], geometry[3])
+            wf = a["weights_format"]
+
+            def flip_weights(args: list[np.ndarray]) -> list[np.ndarray]:
+                return [args[0], lowerings.convolution_weights(args[1], wf, g), *args[2:]]
+
+            return Lowering("Convolution", attrs, inputs, out_shape, prepare=flip_weights, prepared_elems=w.size)
         attrs = self._library_attrs(geometry)
         attrs["output_padding"] = list(op)
-        inputs = (0, 1) if bias is None else (0, 1, 2)
         return Lowering("ConvTranspose", attrs, inputs, out_shape)
 
 
@@ -696,9 +709,15 @@ class ConvTransposeBackwardWeights(_Op):
         self._check_channels(ic, i, oc, o, "src", "diff_dst", "weights_shape")
         geometry = self._geometry(len(xs), kernel)
         self._check_forward_extent(xs, ys, kernel, geometry, "src", "diff_dst")
+        kind = lowerings.backward_weights_kind(len(xs), a["data_format"])
+        if kind == lowerings.CONVOLUTION_BACKWARD_WEIGHTS:
+            # the convolution from diff_dst to src (D9) has the same weights memory: OIX/XIO
+            attrs = self._library_attrs(geometry, "OIX" if a["weights_format"] == "IOX" else "XIO")
+            attrs["weights_shape"] = list(wshape)
+            return Lowering(kind, attrs, (1, 0), wshape)
         attrs = self._library_attrs(geometry)
         attrs["weights_shape"] = list(wshape)
-        return Lowering("ConvTransposeBackwardWeights", attrs, (0, 1), wshape)
+        return Lowering(kind, attrs, (0, 1), wshape)
 
 
 def native_support(kind: str, code: str) -> Optional[bool]:

@@ -48,9 +48,10 @@ public:
 
 private:
     OpSpec spec_;
-    // oneDNN 3.2's ConvTransposeBackwardWeights shares its reduction scratchpad (and the
-    // barrier in it) between concurrent runs of one compiled partition: wrong values or a
-    // thread spinning forever. Such kinds run one thread at a time per spec key.
+    // oneDNN 3.2's ConvTransposeBackwardWeights and ConvolutionBackwardWeights share their
+    // reduction scratchpad (and the barrier in it) between concurrent runs of one compiled
+    // partition: wrong values or a thread spinning forever. Such kinds run one thread at a
+    // time per spec key.
     bool serialized_ = false;
     size_t key_hash_ = 0;
     dnnl::graph::compiled_partition compiled_;
