@@ -132,3 +132,6 @@ def test_executor_refuses_dtypes_other_than_the_compiled_ones():
         _core.Executor(compiled, [np.dtype(np.float32)] * 2, f16)
     with pytest.raises(ValueError, match="finite_code"):
         _core.Executor(compiled, [np.dtype(np.float32)] * 2, np.dtype(np.float32), "bf16")
+    for order in ([0, 0], [0, 2], [1]):  # an input twice, out of range, missing
+        with pytest.raises(ValueError, match="order"):
+            _core.Executor(compiled, [np.dtype(np.float32)] * 2, np.dtype(np.float32), "", order)

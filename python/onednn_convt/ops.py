@@ -322,7 +322,8 @@ class _Op:
         fast_ok = plan.direct and not plan.fixers and lowering.prepare is None  # arrays go in as given
         if fast_ok and (not guard or out_desc[1] == _dense_strides(shape)):
             # with a guard the executor checks the result for Inf/NaN too (a dense one only)
-            plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype, guard)
+            # the executor takes the call's arrays, so it is told the library's order of them
+            plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
         return plan
 
     def _check_dtypes(self, arrays: Sequence[Any]) -> str:

@@ -101,12 +101,14 @@ struct SignatureMismatch : std::exception {
 // The per-call fast path of one op object: a compiled op plus the NumPy dtypes it was
 // planned for. It runs only arrays that match the plan exactly (dtype, shape, strides,
 // alignment, no overlap between out and the inputs) and allocates the output itself.
+// `order` maps the library's inputs to the call's (a lowering may swap them).
 // With finite_code set ("bf16"/"f16"), a result holding an Inf or NaN also raises
 // SignatureMismatch after the run, so that the Python layer redoes the call its own way
 // (oneDNN 3.2's native low-precision kernels spread non-finite values; see ops.py).
 struct Executor {
     PyCompiledOp compiled;
     std::vector<py::dtype> input_dtypes;
+    std::vector<size_t> order;  // library input i is the call's input order[i]
     py::dtype output_dtype;
     bool dense_output;  // whether an output it allocates (C order) matches the compiled one
     std::string finite_code;
@@ -138,11 +140,12 @@ struct Executor {
 
     py::array run(const py::tuple &inputs, const py::object &out) const {
         const auto &spec = compiled.op->spec();
-        if (inputs.size() != spec.inputs.size()) throw SignatureMismatch();
-        std::vector<void *> ptrs(inputs.size());
-        for (size_t i = 0; i < inputs.size(); ++i) {
-            if (!matches(inputs[i], input_dtypes[i], spec.inputs[i])) throw SignatureMismatch();
-            ptrs[i] = const_cast<void *>(py::reinterpret_borrow<py::array>(inputs[i]).data());
+        if (inputs.size() != order.size()) throw SignatureMismatch();
+        std::vector<void *> ptrs(order.size());
+        for (size_t i = 0; i < order.size(); ++i) {
+            const auto h = inputs[order[i]];
+            if (!matches(h, input_dtypes[i], spec.inputs[i])) throw SignatureMismatch();
+            ptrs[i] = const_cast<void *>(py::reinterpret_borrow<py::array>(h).data());
         }
         py::array result;
         if (out.is_none()) {
@@ -204,10 +207,21 @@ PYBIND11_MODULE(_core, m) {
     py::register_exception<SignatureMismatch>(m, "SignatureMismatch");
     py::class_<Executor>(m, "Executor")
             .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out,
-                             std::string finite_code) {
+                             std::string finite_code, std::vector<size_t> order) {
                      const auto &spec = c.op->spec();
                      if (in.size() != spec.inputs.size())
                          throw std::invalid_argument("Executor: one dtype per input expected");
+                     if (order.empty())
+                         for (size_t i = 0; i < in.size(); ++i) order.push_back(i);
+                     // a permutation of the call's inputs: each taken once, none out of range
+                     std::vector<bool> seen(order.size(), false);
+                     if (order.size() != in.size())
+                         throw std::invalid_argument("Executor: one order entry per input expected");
+                     for (size_t k : order) {
+                         if (k >= order.size() || seen[k])
+                             throw std::invalid_argument("Executor: order must be a permutation");
+                         seen[k] = true;
+                     }
                      // the item sizes must be the compiled ones: the pointers go to oneDNN as is
                      for (size_t i = 0; i < in.size(); ++i)
                          if (static_cast<size_t>(in[i].itemsize()) != itemsize_of(spec.inputs[i].dtype))
@@ -218,10 +232,11 @@ PYBIND11_MODULE(_core, m) {
                      if (!finite_code.empty() &&
                          (!dense || (finite_code != "bf16" && finite_code != "f16") || out.itemsize() != 2))
                          throw std::invalid_argument("Executor: finite_code needs a dense bf16 or f16 output");
-                     return Executor{c, std::move(in), std::move(out), dense, std::move(finite_code)};
+                     return Executor{c, std::move(in), std::move(order), std::move(out), dense,
+                                     std::move(finite_code)};
                  }),
                  py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"),
-                 py::arg("finite_code") = "")
+                 py::arg("finite_code") = "", py::arg("order") = std::vector<size_t>{})
             .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
                  "Run on arrays matching the plan exactly, else raise SignatureMismatch.");
 
