@@ -20,7 +20,7 @@ class CompiledOp:
 class Executor:
     def __init__(
         self, compiled: CompiledOp, input_dtypes: Sequence[np.dtype[Any]], output_dtype: np.dtype[Any],
-        finite_code: str = "",
+        finite_code: str = "", order: Sequence[int] = (),
     ) -> None: ...
     def run(self, inputs: tuple[Any, ...], out: Any) -> np.ndarray: ...
 
