@@ -76,7 +76,8 @@ def _backward_data_loop(dd: np.ndarray, w: np.ndarray, s: int, pb: int, length: 
     return out
 
 
-def test_backward_data_non_finite_weight_reaches_only_its_outputs():
+@pytest.mark.parametrize(("data_format", "weights_format"), [("NCX", "IOX"), ("NXC", "XOI"), ("NCX", "XOI")])
+def test_backward_data_non_finite_weight_reaches_only_its_outputs(data_format, weights_format):
     """An Inf weight tap meets the frames' zero padding in the edge rows (0 * Inf = NaN): those
     taps do not exist, so the edge rows are redone from the real taps. Classes (finite, NaN,
     +Inf, -Inf) and finite values match a loop over the definition."""
@@ -86,9 +87,11 @@ def test_backward_data_non_finite_weight_reaches_only_its_outputs():
     dd = rng.standard_normal((2, 2, y)).astype(np.float32)
     w = rng.standard_normal((4, 2, k)).astype(np.float32)
     w[0, 0, 0], w[1, 1, k - 1], w[2, 0, 3] = np.inf, -np.inf, np.nan
-    attrs = dict(strides=s, pads_begin=pb, pads_end=7, data_format="NCX", weights_format="IOX")
+    attrs = dict(strides=s, pads_begin=pb, pads_end=7, data_format=data_format, weights_format=weights_format)
     op_ = oc.ConvTransposeBackwardData(**attrs)
-    got = op_(dd, w)
+    ncx = data_format == "NCX"
+    got = op_(dd if ncx else dd.transpose(0, 2, 1).copy(), w if weights_format == "IOX" else w.transpose(2, 1, 0).copy())
+    got = got if ncx else got.transpose(0, 2, 1)
     assert op_.last_plan.lowering.kind == "MatMul"
     want = _backward_data_loop(dd, w, s, pb, length)
     for cls in (np.isnan, np.isposinf, np.isneginf):
