@@ -14,7 +14,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -47,6 +47,10 @@ class Options:
     memory: bool = True
     wait_idle: float = 0.0
     torch_limit: float = 5.0
+
+
+#: seconds of sleep before each batch when ours and PyTorch's calls alternate
+_PAIR_GAP = 0.02
 
 
 def _ms(t: Optional[timing.Timing]) -> Optional[float]:
@@ -111,19 +115,13 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     steady = op(*args)
 
     rec["compile_ms"] = max(0.0, first - ours.median) * 1e3
-    rec["median_ms"] = ours.median * 1e3
-    rec["iqr_ms"] = ours.iqr * 1e3
-    rec["best_ms"] = ours.best * 1e3
-    rec["samples"] = ours.samples
+    _record_ours(rec, ours)
     rec["out_median_ms"] = ours_out.median * 1e3
     rec["native_ms"] = native.median * 1e3
     rec["native_best_ms"] = native.best * 1e3
     rec["native_note"] = note
     rec["overhead_pairs_us"] = [d * 1e6 for d in pairs]
     rec["overhead_us"] = statistics.median(pairs) * 1e6
-    gflops = cfg.flops / ours.median / 1e9
-    rec["gflops"] = gflops
-    rec["pct_peak"] = 100.0 * gflops / peak_for(peak, cfg.dtype) if peak else None
     rec["repeat_misses"] = c3["misses"] - c1["misses"]
     rec["repeat_hits"] = c3["hits"] - c1["hits"]
     rec["plan_compiles"] = c2["misses"] - c1["misses"]
@@ -135,10 +133,20 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
         rec["alloc_out_bytes"] = timing.allocated_per_call(lambda: op(*args, out=out), calls, warm=True)
 
     if opts.torch:
-        _measure_torch(case, opts, steady, rec)
+        _measure_torch(case, opts, steady, rec, lambda: op(*args))
+    gflops = cfg.flops / (rec["median_ms"] / 1e3) / 1e9
+    rec["gflops"] = gflops
+    rec["pct_peak"] = 100.0 * gflops / peak_for(peak, cfg.dtype) if peak else None
     if opts.reference:
         _measure_reference(case, opts, (result, steady, out), rec)
     rec["others_cpu"] = monitor.others()
+
+
+def _record_ours(rec: dict[str, Any], t: timing.Timing) -> None:
+    rec["median_ms"] = t.median * 1e3
+    rec["iqr_ms"] = t.iqr * 1e3
+    rec["best_ms"] = t.best * 1e3
+    rec["samples"] = t.samples
 
 
 def _torch_estimate(case: Any, opts: Options) -> Optional[float]:
@@ -158,7 +166,14 @@ def _torch_estimate(case: Any, opts: Options) -> Optional[float]:
     return estimate if estimate > opts.torch_limit else None
 
 
-def _measure_torch(case: Any, opts: Options, ours: np.ndarray, rec: dict[str, Any]) -> None:
+def _measure_torch(
+    case: Any, opts: Options, ours: np.ndarray, rec: dict[str, Any], our_call: Callable[[], Any]
+) -> None:
+    """Time PyTorch's call. Where it is quick enough to sample, it is timed in alternating
+    batches with ``our_call`` (a sleep before each batch lets the other OpenMP runtime's
+    threads stop spinning), and our figures in ``rec`` are replaced by that paired
+    measurement: the ratio then compares two timings of the same moments of a shared
+    machine, whose drift between separate measurements was up to 2x here."""
     call = peers.torch_call(case)
     if call is None:
         return
@@ -185,7 +200,15 @@ def _measure_torch(case: Any, opts: Options, ours: np.ndarray, rec: dict[str, An
             start = time.perf_counter()
             call()
             once = time.perf_counter() - start
-        t = timing.measure(timing.python_runner(call), opts.repeat, opts.budget, once=once, warm=True)
+        if once is None:
+            mine, t, _ = timing.measure_difference(
+                timing.python_runner(our_call), timing.python_runner(call), opts.repeat, 2 * opts.budget,
+                gap=_PAIR_GAP,
+            )
+            _record_ours(rec, mine)
+            rec["paired_with_torch"] = True
+        else:
+            t = timing.measure(timing.python_runner(call), opts.repeat, opts.budget, once=once, warm=True)
     except RuntimeError as e:  # e.g. a dtype PyTorch has no CPU kernel for
         rec["torch_error"] = str(e).splitlines()[0][:200]
         return

@@ -103,19 +103,26 @@ def measure(
     return _timing(samples, batch)
 
 
-def _sample(runners: list[BatchRunner], batch: int, repeat: int, budget: float) -> list[list[float]]:
+def _sample(
+    runners: list[BatchRunner], batch: int, repeat: int, budget: float, gap: float = 0.0
+) -> list[list[float]]:
     """Rounds of one batch of each runner in turn, with the garbage collector off: up to
-    ``repeat`` rounds, fewer (but 3 at least) once ``budget`` seconds are spent. Returns
-    each runner's seconds per call, a list per runner."""
+    ``repeat`` rounds, fewer (but 3 at least) once ``budget`` seconds are spent (``gap``
+    seconds of sleep before each batch are not counted). Returns each runner's seconds
+    per call, a list per runner."""
     samples: list[list[float]] = [[] for _ in runners]
     enabled = gc.isenabled()
     gc.disable()
     try:
-        start = time.perf_counter()
+        spent = 0.0
         while len(samples[0]) < repeat:
             for run, out in zip(runners, samples):
-                out.append(run(batch) / batch)
-            if len(samples[0]) >= _MIN_SAMPLES and time.perf_counter() - start > budget:
+                if gap:
+                    settle(gap)
+                seconds = run(batch)
+                spent += seconds
+                out.append(seconds / batch)
+            if len(samples[0]) >= _MIN_SAMPLES and spent > budget:
                 break
     finally:
         if enabled:
@@ -129,12 +136,14 @@ def _timing(samples: list[float], batch: int) -> Timing:
 
 
 def measure_difference(
-    a: BatchRunner, b: BatchRunner, repeat: int, budget: float
+    a: BatchRunner, b: BatchRunner, repeat: int, budget: float, gap: float = 0.0
 ) -> tuple[Timing, Timing, list[float]]:
     """Time two operations in alternating batches (a, b, a, b, ...), so that both see the
-    same state of a shared machine, for the cost that ``a`` adds over ``b``.
+    same state of a shared machine, for the cost that ``a`` adds over ``b`` (or their ratio).
 
     Both have run before (no warm-up). Each pair of samples uses the same batch size.
+    ``gap``: seconds to sleep before each batch (uncounted), e.g. for another OpenMP
+    runtime's threads to stop spinning.
 
     Returns:
         the timing per call of ``a`` and of ``b``, and the per-call difference a - b of each
@@ -143,7 +152,7 @@ def measure_difference(
     repeat = max(_MIN_SAMPLES, int(repeat))
     once = max(a(1), b(1), 1e-9)
     batch = int(min(_MAX_BATCH, max(1, round(budget / repeat / 2 / once))))
-    sa, sb = _sample([a, b], batch, repeat, budget)
+    sa, sb = _sample([a, b], batch, repeat, budget, gap)
     return _timing(sa, batch), _timing(sb, batch), [x - y for x, y in zip(sa, sb)]
 
 
