@@ -151,3 +151,34 @@ def test_each_lowering_keeps_nan_and_inf_in_bounds(cfg, op, kind, code):
             continue
         widest = classes(loop_backward(op, cfg, arrays, all_pairs=True))
         assert ((got == want) | ((got == 1) & (widest != 0))).all(), np.argwhere(got != want)[:5]
+
+
+def test_flipped_weights_buffer_follows_new_weights_and_threads():
+    """The depthwise forward Convolution keeps one flipped-weights array per thread and
+    rewrites it each call: new weight values give new results (never the last call's
+    weights), also with threads calling one op object with different weights at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from onednn_convt import reference as ref
+
+    rng = np.random.default_rng(3)
+    attrs = dict(pads_begin=1, pads_end=1, groups=8, data_format="NXC", weights_format="XOI")
+    x = rng.standard_normal((2, 9, 7, 8)).astype(np.float32)
+    weights = [rng.standard_normal((3, 3, 1, 8)).astype(np.float32) for _ in range(6)]
+    expected = [ref.conv_transpose(x, w, **attrs) for w in weights]
+    op = oc.ConvTranspose(**attrs)
+    for w, want in zip(weights, expected):  # one thread, weights changing each call
+        got = op(x, w)
+        assert op.lowering == CONV
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+    def run(i: int) -> bool:
+        out = np.empty(expected[0].shape, np.float32)
+        for _ in range(200):
+            op(x, weights[i], out=out)
+            if not np.allclose(out, expected[i], rtol=1e-5, atol=1e-5):
+                return False
+        return True
+
+    with ThreadPoolExecutor(6) as pool:
+        assert all(pool.map(run, range(6)))

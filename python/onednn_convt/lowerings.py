@@ -10,8 +10,9 @@ both lowerings of each models-suite configuration side by side; the figures belo
   a forward ``Convolution`` over the spatially flipped weights with pads ``d*(k-1) - pb`` and
   ``d*(k-1) - pe``, which oneDNN 3.2 runs on NXC directly where its ConvTranspose reorders to
   blocked layouts and back; measured 0.37x (f32) and 0.50x (bf16) of the ConvTranspose
-  time on the models suite's depthwise layer. The flipped weights are a copy per call
-  (the weights of a depthwise layer are small). Dense and grouped stride-1 layers measured
+  time on the models suite's depthwise layer. The flipped weights are copied each call into
+  an array kept per thread and plan (small: one input and one output channel per group), so
+  calls with out= allocate nothing. Dense and grouped stride-1 layers measured
   0.6-1.4x either way, NCX depthwise 1.2-2x slower, so they keep ConvTranspose.
 - ConvTransposeBackwardData runs as ``MatMul`` over frames of diff_dst for large 1-D kernels
   (:mod:`onednn_convt.matmul_lowering`); otherwise as the library's forward ``Convolution`` over the same
@@ -35,7 +36,7 @@ both lowerings of each models-suite configuration side by side; the figures belo
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -68,23 +69,30 @@ def forward_kind(
     return CONV_TRANSPOSE
 
 
-def convolution_weights(w: np.ndarray, weights_format: str, groups: int) -> np.ndarray:
+def convolution_weights(
+    w: np.ndarray, weights_format: str, groups: int, out: Optional[np.ndarray] = None
+) -> np.ndarray:
     """ConvTranspose weights as the weights of the equivalent stride-1 forward Convolution:
     per group the I and O dims swapped and the spatial dims reversed, IOX ``(IC, OC/G, X...)``
     to OIX ``(OC, IC/G, X...)`` and XOI ``(X..., OC/G, IC)`` to XIO ``(X..., IC/G, OC)``.
-    A new C-contiguous array (oneDNN takes no negative strides)."""
+    A C-contiguous array (oneDNN takes no negative strides): ``out`` when it has that shape
+    and dtype (and is C-contiguous), else a new one."""
     r = w.ndim - 2
     if weights_format == "IOX":
         ic, ocg, kernel = w.shape[0], w.shape[1], w.shape[2:]
         swapped = w.reshape(groups, ic // groups, ocg, *kernel).swapaxes(1, 2)
-        out = swapped.reshape(ocg * groups, ic // groups, *kernel)
+        conv = swapped.reshape(ocg * groups, ic // groups, *kernel)
         axes = tuple(range(2, 2 + r))
     else:
         kernel, ocg, ic = w.shape[:r], w.shape[r], w.shape[r + 1]
         split = w.reshape(*kernel, ocg, groups, ic // groups)
-        out = np.moveaxis(split, (r, r + 2), (r + 2, r)).reshape(*kernel, ic // groups, ocg * groups)
+        conv = np.moveaxis(split, (r, r + 2), (r + 2, r)).reshape(*kernel, ic // groups, ocg * groups)
         axes = tuple(range(r))
-    return np.ascontiguousarray(np.flip(out, axes))
+    flipped = np.flip(conv, axes)
+    if out is not None and out.shape == flipped.shape and out.dtype == flipped.dtype and out.flags.c_contiguous:
+        np.copyto(out, flipped)
+        return out
+    return np.ascontiguousarray(flipped)
 
 
 def backward_weights_kind(rank: int, data_format: str) -> str:

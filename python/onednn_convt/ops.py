@@ -13,6 +13,7 @@ Layouts: activations are NXC (default) or NCX by ``data_format``; weights are XO
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
@@ -533,9 +534,11 @@ class ConvTranspose(_Op):
             attrs = self._library_attrs(geometry, conv_format)
             attrs["pads_begin"], attrs["pads_end"] = lowerings.convolution_pads(kernel, geometry[1], geometry[2], geometry[3])
             wf = a["weights_format"]
+            buffers = threading.local()  # the flipped weights, one array per thread: reused
 
             def flip_weights(args: list[np.ndarray]) -> list[np.ndarray]:
-                return [args[0], lowerings.convolution_weights(args[1], wf, g), *args[2:]]
+                buffers.w = lowerings.convolution_weights(args[1], wf, g, getattr(buffers, "w", None))
+                return [args[0], buffers.w, *args[2:]]
 
             return Lowering("Convolution", attrs, inputs, out_shape, prepare=flip_weights, prepared_elems=w.size)
         attrs = self._library_attrs(geometry)
