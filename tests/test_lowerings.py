@@ -50,14 +50,19 @@ def test_forward_rule():
 
 
 @pytest.mark.parametrize("weights_format", ["IOX", "XOI"])
-@pytest.mark.parametrize("groups", [1, 2, 3])
-def test_convolution_weights_is_the_flipped_per_group_transpose(weights_format, groups):
-    """Written element by element: conv[o, i, x] = convT[g*ICg + i, o - g*OCg, k-1-x]."""
-    icg, ocg, kernel = 2, 3, (3, 2)
+@pytest.mark.parametrize(("icg", "ocg", "groups"), [(2, 3, 1), (2, 3, 2), (2, 3, 3), (1, 1, 4), (1, 2, 3)])
+def test_convolution_weights_is_the_flipped_per_group_transpose(weights_format, icg, ocg, groups):
+    """Written element by element: conv[o, i, x] = convT[g*ICg + i, o - g*OCg, k-1-x]
+    (depthwise, one channel in and out per group, takes a shortcut of its own)."""
+    kernel = (3, 2)
     rng = np.random.default_rng(5)
     iox = rng.standard_normal((icg * groups, ocg, *kernel))
     w = iox if weights_format == "IOX" else iox.transpose(2, 3, 1, 0)
-    got = lowerings.convolution_weights(w, weights_format, groups)
+    fresh = lowerings.convolution_weights(w, weights_format, groups)
+    buffer = np.full_like(fresh, np.nan)
+    got = lowerings.convolution_weights(w, weights_format, groups, buffer)  # written into buffer
+    assert got is buffer
+    np.testing.assert_array_equal(got, fresh)
     oix = got if weights_format == "IOX" else got.transpose(3, 2, 0, 1)
     assert oix.shape == (ocg * groups, icg, *kernel) and got.flags.c_contiguous
     for o in range(ocg * groups):

@@ -80,6 +80,31 @@ def convolution_weights(
     r = w.ndim - 2
     if weights_format == "IOX":
         ic, ocg, kernel = w.shape[0], w.shape[1], w.shape[2:]
+    else:
+        kernel, ocg, ic = w.shape[:r], w.shape[r], w.shape[r + 1]
+    if ocg == 1 and ic == groups:  # depthwise: the same shape, only the spatial dims reversed
+        flipped = w[_REVERSED[weights_format, r]]
+    else:
+        flipped = _transposed_per_group(w, weights_format, groups)
+    if out is not None and out.shape == flipped.shape and out.dtype == flipped.dtype and out.flags.c_contiguous:
+        np.copyto(out, flipped)
+        return out
+    return np.ascontiguousarray(flipped)
+
+
+#: (weights_format, spatial rank) -> the index that reverses the spatial dims
+_REVERSED = {
+    (fmt, r): (slice(None),) * (2 if fmt == "IOX" else 0) + (slice(None, None, -1),) * r
+    for fmt in ("IOX", "XOI") for r in (1, 2, 3)
+}
+
+
+def _transposed_per_group(w: np.ndarray, weights_format: str, groups: int) -> np.ndarray:
+    """The general case of :func:`convolution_weights`: a flipped view (of a copy when the
+    per-group transpose cannot be a view)."""
+    r = w.ndim - 2
+    if weights_format == "IOX":
+        ic, ocg, kernel = w.shape[0], w.shape[1], w.shape[2:]
         swapped = w.reshape(groups, ic // groups, ocg, *kernel).swapaxes(1, 2)
         conv = swapped.reshape(ocg * groups, ic // groups, *kernel)
         axes = tuple(range(2, 2 + r))
@@ -88,11 +113,7 @@ def convolution_weights(
         split = w.reshape(*kernel, ocg, groups, ic // groups)
         conv = np.moveaxis(split, (r, r + 2), (r + 2, r)).reshape(*kernel, ic // groups, ocg * groups)
         axes = tuple(range(r))
-    flipped = np.flip(conv, axes)
-    if out is not None and out.shape == flipped.shape and out.dtype == flipped.dtype and out.flags.c_contiguous:
-        np.copyto(out, flipped)
-        return out
-    return np.ascontiguousarray(flipped)
+    return np.flip(conv, axes)
 
 
 def backward_weights_kind(rank: int, data_format: str) -> str:
