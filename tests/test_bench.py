@@ -188,3 +188,14 @@ def test_measure_difference_alternates_and_pairs_samples() -> None:
     assert len({k for _, k in calls[2:]}) == 1
     assert pairs == pytest.approx([2e-6 - 1e-7] * 5)  # b ran one drift step later than its a
     assert ta.samples == tb.samples == 5 and ta.median > tb.median
+
+
+def test_retry_criteria():
+    """--retry-busy and --retry-noisy pick rows by other processes' CPU use and by the
+    spread of our samples; a failed row (no timing) is never picked."""
+    from onednn_convt.bench import cli
+
+    assert cli._spread({"median_ms": 2.0, "iqr_ms": 1.0}) == 0.5
+    assert cli._spread({"error": "ValueError: x"}) == 0.0
+    assert cli._busy({"others_cpu": 0.7}) == 0.7 and cli._busy({"others_cpu": None}) == 0.0
+    assert cli._spread({"median_ms": 1.0, "iqr_ms": 0.3}) > cli.NOISY > cli._spread({"median_ms": 1.0, "iqr_ms": 0.1})

@@ -92,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retry-busy", type=int, default=0, metavar="N",
                         help="re-run up to N times the configurations during which other processes "
                              "used more than 0.2 CPUs, keeping the quieter measurement; default 0")
+    parser.add_argument("--retry-noisy", type=int, default=0, metavar="N",
+                        help="re-run up to N times the configurations whose samples spread more than "
+                             f"{int(NOISY * 100)}%% of the median (IQR), keeping the steadier measurement; default 0")
     parser.add_argument("--torch-limit", type=float, default=5.0, metavar="SECONDS",
                         help="bf16/f16: when PyTorch is estimated (from batch 1) to take longer than "
                              "this per call, report the estimate instead (default 5; 0 = always run)")
@@ -102,6 +105,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 #: CPUs used by other processes above which a measurement counts as disturbed
 BUSY = 0.2
+
+#: spread of our samples (IQR over the median) above which a measurement counts as noisy
+NOISY = 0.2
+
+
+def _busy(rec: dict[str, Any]) -> float:
+    """CPUs other processes used while the configuration ran."""
+    return float(rec.get("others_cpu") or 0)
+
+
+def _spread(rec: dict[str, Any]) -> float:
+    """IQR over the median of our call's samples (0 for a failed configuration)."""
+    median, iqr = rec.get("median_ms"), rec.get("iqr_ms")
+    return float(iqr / median) if median and iqr is not None else 0.0
 
 
 def set_threads(n: int) -> Optional[int]:
@@ -183,19 +200,21 @@ def run(args: argparse.Namespace) -> int:
         records.append(rec)
         print(" " + _progress(rec) + f"  [{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
 
-    for attempt in range(1, args.retry_busy + 1):
-        busy_at = [i for i, r in enumerate(records) if (r.get("others_cpu") or 0) > BUSY]
-        if not busy_at:
-            break
-        print(f"retry {attempt}: {len(busy_at)} configurations ran while other processes were busy",
-              file=sys.stderr, flush=True)
-        for n, i in enumerate(busy_at, 1):
-            cfg = configs[i]
-            print(f"[retry {n}/{len(busy_at)}] {cfg.key} ...", end="", file=sys.stderr, flush=True)
-            rec = runner.run_config(cfg, opts, peak)
-            if (rec.get("others_cpu") or 0) < (records[i].get("others_cpu") or 0) and not rec.get("error"):
-                records[i] = rec
-            print(" " + _progress(rec) + f"  [{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
+    retries = [(args.retry_busy, _busy, BUSY, "ran while other processes were busy"),
+               (args.retry_noisy, _spread, NOISY, "spread their samples widely")]
+    for times, badness, limit, why in retries:
+        for attempt in range(1, times + 1):
+            again_at = [i for i, r in enumerate(records) if badness(r) > limit]
+            if not again_at:
+                break
+            print(f"retry {attempt}: {len(again_at)} configurations {why}", file=sys.stderr, flush=True)
+            for n, i in enumerate(again_at, 1):
+                cfg = configs[i]
+                print(f"[retry {n}/{len(again_at)}] {cfg.key} ...", end="", file=sys.stderr, flush=True)
+                rec = runner.run_config(cfg, opts, peak)
+                if badness(rec) < badness(records[i]) and not rec.get("error"):
+                    records[i] = rec
+                print(" " + _progress(rec) + f"  [{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
 
     if not quick:  # the peak again at the end; the better of the two counts
         monitor.restart()
