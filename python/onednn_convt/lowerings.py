@@ -40,6 +40,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from . import shapes
+
 CONVOLUTION = "Convolution"
 CONV_TRANSPOSE = "ConvTranspose"
 CONV_TRANSPOSE_BACKWARD_DATA = "ConvTransposeBackwardData"
@@ -77,15 +79,11 @@ def convolution_weights(
     to OIX ``(OC, IC/G, X...)`` and XOI ``(X..., OC/G, IC)`` to XIO ``(X..., IC/G, OC)``.
     A C-contiguous array (oneDNN takes no negative strides): ``out`` when it has that shape
     and dtype (and is C-contiguous), else a new one."""
-    r = w.ndim - 2
-    if weights_format == "IOX":
-        ic, ocg, kernel = w.shape[0], w.shape[1], w.shape[2:]
-    else:
-        kernel, ocg, ic = w.shape[:r], w.shape[r], w.shape[r + 1]
+    ic, ocg, kernel = shapes.split_weights(w.shape, weights_format)
     if ocg == 1 and ic == groups:  # depthwise: the same shape, only the spatial dims reversed
-        flipped = w[_REVERSED[weights_format, r]]
+        flipped = w[_REVERSED[weights_format, len(kernel)]]
     else:
-        flipped = _transposed_per_group(w, weights_format, groups)
+        flipped = _transposed_per_group(w, weights_format, groups, ic, ocg, kernel)
     if out is not None and out.shape == flipped.shape and out.dtype == flipped.dtype and out.flags.c_contiguous:
         np.copyto(out, flipped)
         return out
@@ -99,17 +97,17 @@ _REVERSED = {
 }
 
 
-def _transposed_per_group(w: np.ndarray, weights_format: str, groups: int) -> np.ndarray:
+def _transposed_per_group(
+    w: np.ndarray, weights_format: str, groups: int, ic: int, ocg: int, kernel: Sequence[int]
+) -> np.ndarray:
     """The general case of :func:`convolution_weights`: a flipped view (of a copy when the
     per-group transpose cannot be a view)."""
-    r = w.ndim - 2
+    r = len(kernel)
     if weights_format == "IOX":
-        ic, ocg, kernel = w.shape[0], w.shape[1], w.shape[2:]
         swapped = w.reshape(groups, ic // groups, ocg, *kernel).swapaxes(1, 2)
         conv = swapped.reshape(ocg * groups, ic // groups, *kernel)
         axes = tuple(range(2, 2 + r))
     else:
-        kernel, ocg, ic = w.shape[:r], w.shape[r], w.shape[r + 1]
         split = w.reshape(*kernel, ocg, groups, ic // groups)
         conv = np.moveaxis(split, (r, r + 2), (r + 2, r)).reshape(*kernel, ic // groups, ocg * groups)
         axes = tuple(range(r))

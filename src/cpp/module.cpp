@@ -213,10 +213,10 @@ PYBIND11_MODULE(_core, m) {
                          throw std::invalid_argument("Executor: one dtype per input expected");
                      if (order.empty())
                          for (size_t i = 0; i < in.size(); ++i) order.push_back(i);
-                     // a permutation of the call's inputs: each taken once, none out of range
-                     std::vector<bool> seen(order.size(), false);
                      if (order.size() != in.size())
                          throw std::invalid_argument("Executor: one order entry per input expected");
+                     // a permutation of the call's inputs: each taken once, none out of range
+                     std::vector<bool> seen(order.size(), false);
                      for (size_t k : order) {
                          if (k >= order.size() || seen[k])
                              throw std::invalid_argument("Executor: order must be a permutation");
