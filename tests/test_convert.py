@@ -19,7 +19,7 @@ def _awkward_values(n: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("code", ["bf16", "f16"])
-@pytest.mark.parametrize("n", [1, 7, 8, 9, 1001])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1001, 2**16 + 5, 300_001])  # the last two: in parallel chunks
 def test_rounding_matches_numpy_bit_for_bit(code, n):
     dtype = dtypes.FLOAT_DTYPES[code]
     a = _awkward_values(n)

@@ -74,7 +74,7 @@ class _Plan:
     emulated: bool
     fixers: list[Optional[Callable[[np.ndarray], np.ndarray]]] = field(default_factory=list)
     #: the C++ fast path for arrays that match this plan exactly (direct plans whose inputs
-    #: go to the library as given: no prepare step)
+    #: go to the library as given, and emulated plans of dense arrays: no prepare step)
     executor: Any = None
     #: native bf16/f16 plans: makes the f32-emulated plan that redoes a call whose result
     #: holds an Inf or NaN (see _guarded)
@@ -325,6 +325,17 @@ class _Op:
             # with a guard the executor checks the result for Inf/NaN too (a dense one only)
             # the executor takes the call's arrays, so it is told the library's order of them
             plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
+        elif emulated and _core.fast_conversion and lowering.prepare is None and lowering.finish is None:
+            # C++ converts dense bf16/f16 arrays into per-thread f32 staging memory, runs the
+            # f32 op and rounds back: no Python and no fresh f32 buffers per call. Arrays
+            # with other strides, and the out= arrays this cannot match, take plan.run.
+            call_arrays = [arrays[i] for i in lowering.inputs]
+            if all(a.flags.c_contiguous and a.flags.aligned for a in call_arrays) and (
+                out is None or out.flags.c_contiguous
+            ):
+                plan.executor = _core.Executor(
+                    compiled, [dtype] * len(args), dtype, "", list(lowering.inputs), dtypes.resolve(dtype)
+                )
         return plan
 
     def _check_dtypes(self, arrays: Sequence[Any]) -> str:

@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -63,15 +65,51 @@ AVX2_F16C void f32_to_bf16(const float *in, uint16_t *out, size_t n) {
     }
 }
 
+// Element counts below this run on the calling thread: a parallel region costs a few
+// microseconds, about what one thread needs to convert this many.
+constexpr size_t kParallelFrom = size_t{1} << 16;
+constexpr size_t kChunk = size_t{1} << 14;  // elements per parallel task (a multiple of 8)
+
+// Runs fn(begin, end) over [0, n) in chunks, on the OpenMP threads oneDNN uses too.
+template <typename Fn>
+void for_chunks(size_t n, Fn fn) {
+#ifdef _OPENMP
+    if (n >= kParallelFrom) {
+        const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < chunks; ++c) {
+            const size_t begin = static_cast<size_t>(c) * kChunk;
+            fn(begin, std::min(n, begin + kChunk));
+        }
+        return;
+    }
+#endif
+    fn(size_t{0}, n);
+}
+
 bool c_contiguous(const py::array &a) {
     return (a.flags() & py::array::c_style) != 0;
 }
 
 }  // namespace
 
+bool fast_conversion() {
+    static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return supported;
+}
+
+void low_to_f32(const uint16_t *in, float *out, size_t n, LowType low) {
+    auto convert = low == LowType::f16 ? f16_to_f32 : bf16_to_f32;
+    for_chunks(n, [&](size_t b, size_t e) { convert(in + b, out + b, e - b); });
+}
+
+void f32_to_low(const float *in, uint16_t *out, size_t n, LowType low) {
+    auto convert = low == LowType::f16 ? f32_to_f16 : f32_to_bf16;
+    for_chunks(n, [&](size_t b, size_t e) { convert(in + b, out + b, e - b); });
+}
+
 bool convert(const py::array &src, const std::string &src_code, py::array &dst,
              const std::string &dst_code) {
-    static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
     if (src.size() != dst.size() || !c_contiguous(src) || !c_contiguous(dst))
         throw std::invalid_argument("convert: C-contiguous arrays of one size expected");
     if (!dst.writeable()) throw std::invalid_argument("convert: destination is read-only");
@@ -84,26 +122,26 @@ bool convert(const py::array &src, const std::string &src_code, py::array &dst,
     if ((low != "f16" && low != "bf16") || src.itemsize() != (to_f32 ? 2 : 4) ||
         dst.itemsize() != (to_f32 ? 4 : 2))
         throw std::invalid_argument("convert: expected f32 <-> bf16 or f16 with matching item sizes");
-    if (!supported) return false;
+    if (!fast_conversion()) return false;
     const size_t n = static_cast<size_t>(src.size());
     const void *in = src.data();
     void *out = dst.mutable_data();
     py::gil_scoped_release release;
-    if (to_f32) {
-        auto *h = static_cast<const uint16_t *>(in);
-        (low == "f16" ? f16_to_f32 : bf16_to_f32)(h, static_cast<float *>(out), n);
-    } else {
-        auto *f = static_cast<const float *>(in);
-        (low == "f16" ? f32_to_f16 : f32_to_bf16)(f, static_cast<uint16_t *>(out), n);
-    }
+    const LowType type = low == "f16" ? LowType::f16 : LowType::bf16;
+    if (to_f32) low_to_f32(static_cast<const uint16_t *>(in), static_cast<float *>(out), n, type);
+    else f32_to_low(static_cast<const float *>(in), static_cast<uint16_t *>(out), n, type);
     return true;
 }
 
 bool all_finite_16(const uint16_t *data, size_t n, const std::string &code) {
     const uint16_t exponent = code == "bf16" ? 0x7f80 : 0x7c00;
-    uint16_t special = 0;  // branch-free, so the compiler vectorizes the loop
-    for (size_t i = 0; i < n; ++i) special |= static_cast<uint16_t>((data[i] & exponent) == exponent);
-    return special == 0;
+    std::atomic<bool> finite{true};
+    for_chunks(n, [&](size_t b, size_t e) {
+        uint16_t special = 0;  // branch-free, so the compiler vectorizes the loop
+        for (size_t i = b; i < e; ++i) special |= static_cast<uint16_t>((data[i] & exponent) == exponent);
+        if (special) finite.store(false, std::memory_order_relaxed);
+    });
+    return finite.load(std::memory_order_relaxed);
 }
 
 bool all_finite(const py::array &a, const std::string &code) {

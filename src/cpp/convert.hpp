@@ -14,6 +14,16 @@
 
 namespace onednn_convt {
 
+enum class LowType { bf16, f16 };
+
+// Whether this CPU has the AVX2 and F16C instructions the converters below need.
+bool fast_conversion();
+
+// n elements between a 16-bit float type and f32, rounding to nearest even towards the
+// 16-bit type. Large n runs on the OpenMP threads. Needs fast_conversion(); no GIL.
+void low_to_f32(const uint16_t *in, float *out, size_t n, LowType low);
+void f32_to_low(const float *in, uint16_t *out, size_t n, LowType low);
+
 // Converts src into dst (same element count, both C-contiguous). Returns false, touching
 // nothing, when the CPU lacks AVX2/F16C. Throws std::invalid_argument on bad arguments.
 bool convert(const pybind11::array &src, const std::string &src_code, pybind11::array &dst,

@@ -14,6 +14,7 @@
 #include "compiled_op.hpp"
 #include "convert.hpp"
 #include "partition_cache.hpp"
+#include "staging.hpp"
 
 namespace py = pybind11;
 using namespace onednn_convt;
@@ -105,6 +106,9 @@ struct SignatureMismatch : std::exception {
 // With finite_code set ("bf16"/"f16"), a result holding an Inf or NaN also raises
 // SignatureMismatch after the run, so that the Python layer redoes the call its own way
 // (oneDNN 3.2's native low-precision kernels spread non-finite values; see ops.py).
+// With emulated set ("bf16"/"f16"), the compiled op is the f32 one of an emulated plan
+// (dense inputs and output): the call's dense bf16/f16 arrays are converted into the
+// thread's staging memory, run in f32 and the result rounded into the output.
 struct Executor {
     PyCompiledOp compiled;
     std::vector<py::dtype> input_dtypes;
@@ -112,6 +116,7 @@ struct Executor {
     py::dtype output_dtype;
     bool dense_output;  // whether an output it allocates (C order) matches the compiled one
     std::string finite_code;
+    std::string emulated;  // "", or the call's dtype code when the op runs in f32
 
     static bool is_dense(const TensorDesc &d) {
         int64_t step = 1;
@@ -161,6 +166,10 @@ struct Executor {
                 if (a < hi && lo < b) throw SignatureMismatch();
             }
         }
+        if (!emulated.empty()) {
+            run_emulated(ptrs, result);
+            return result;
+        }
         void *dst = result.mutable_data();
         bool finite = true;
         {
@@ -172,6 +181,41 @@ struct Executor {
         }
         if (!finite) throw SignatureMismatch();
         return result;
+    }
+
+    // Converts the inputs (at ptrs) to f32, runs the f32 op and rounds into result.
+    void run_emulated(const std::vector<void *> &ptrs, py::array &result) const {
+        const auto &spec = compiled.op->spec();
+        const LowType type = emulated == "f16" ? LowType::f16 : LowType::bf16;
+        std::vector<size_t> sizes, offsets;
+        size_t total = 0;
+        auto add = [&](const TensorDesc &d) {
+            size_t n = 1;
+            for (auto x : d.shape) n *= static_cast<size_t>(x);
+            sizes.push_back(n);
+            offsets.push_back(total);
+            total += aligned_floats(n);
+        };
+        for (const auto &d : spec.inputs) add(d);
+        add(spec.output);
+        auto *dst = static_cast<uint16_t *>(result.mutable_data());
+        py::gil_scoped_release release;
+        Staging &staging = Staging::local();
+        float *base = staging.get(total);
+        std::vector<void *> f32(ptrs.size());
+        for (size_t i = 0; i < ptrs.size(); ++i) {
+            f32[i] = base + offsets[i];
+            low_to_f32(static_cast<const uint16_t *>(ptrs[i]), base + offsets[i], sizes[i], type);
+        }
+        float *out = base + offsets.back();
+        try {
+            compiled.op->execute(f32, out);
+        } catch (...) {
+            staging.release();
+            throw;
+        }
+        f32_to_low(out, dst, sizes.back(), type);
+        staging.release();
     }
 };
 
@@ -207,7 +251,7 @@ PYBIND11_MODULE(_core, m) {
     py::register_exception<SignatureMismatch>(m, "SignatureMismatch");
     py::class_<Executor>(m, "Executor")
             .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out,
-                             std::string finite_code, std::vector<size_t> order) {
+                             std::string finite_code, std::vector<size_t> order, std::string emulated) {
                      const auto &spec = c.op->spec();
                      if (in.size() != spec.inputs.size())
                          throw std::invalid_argument("Executor: one dtype per input expected");
@@ -222,21 +266,40 @@ PYBIND11_MODULE(_core, m) {
                              throw std::invalid_argument("Executor: order must be a permutation");
                          seen[k] = true;
                      }
-                     // the item sizes must be the compiled ones: the pointers go to oneDNN as is
-                     for (size_t i = 0; i < in.size(); ++i)
-                         if (static_cast<size_t>(in[i].itemsize()) != itemsize_of(spec.inputs[i].dtype))
-                             throw std::invalid_argument("Executor: an input dtype differs from the compiled one");
-                     if (static_cast<size_t>(out.itemsize()) != itemsize_of(spec.output.dtype))
-                         throw std::invalid_argument("Executor: the output dtype differs from the compiled one");
                      const bool dense = Executor::is_dense(spec.output);
+                     if (!emulated.empty()) {
+                         // f32 op, dense tensors; the call's arrays are all of the emulated type
+                         if ((emulated != "bf16" && emulated != "f16") || !finite_code.empty())
+                             throw std::invalid_argument("Executor: emulated must be 'bf16' or 'f16', without finite_code");
+                         if (!fast_conversion())
+                             throw std::invalid_argument("Executor: emulation needs AVX2 and F16C");
+                         // f16 is NumPy's half (type number 23); bf16 is another 2-byte type
+                         auto of_type = [&](const py::dtype &d) {
+                             return d.itemsize() == 2 && (d.num() == 23) == (emulated == "f16");
+                         };
+                         bool ok = dense && spec.output.dtype == "f32" && of_type(out);
+                         for (size_t i = 0; i < in.size(); ++i)
+                             ok = ok && spec.inputs[i].dtype == "f32" && Executor::is_dense(spec.inputs[i]) &&
+                                  of_type(in[i]);
+                         if (!ok)
+                             throw std::invalid_argument("Executor: emulation needs a dense f32 op and 16-bit arrays");
+                     } else {
+                         // the item sizes must be the compiled ones: the pointers go to oneDNN as is
+                         for (size_t i = 0; i < in.size(); ++i)
+                             if (static_cast<size_t>(in[i].itemsize()) != itemsize_of(spec.inputs[i].dtype))
+                                 throw std::invalid_argument("Executor: an input dtype differs from the compiled one");
+                         if (static_cast<size_t>(out.itemsize()) != itemsize_of(spec.output.dtype))
+                             throw std::invalid_argument("Executor: the output dtype differs from the compiled one");
+                     }
                      if (!finite_code.empty() &&
                          (!dense || (finite_code != "bf16" && finite_code != "f16") || out.itemsize() != 2))
                          throw std::invalid_argument("Executor: finite_code needs a dense bf16 or f16 output");
                      return Executor{c, std::move(in), std::move(order), std::move(out), dense,
-                                     std::move(finite_code)};
+                                     std::move(finite_code), std::move(emulated)};
                  }),
                  py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"),
-                 py::arg("finite_code") = "", py::arg("order") = std::vector<size_t>{})
+                 py::arg("finite_code") = "", py::arg("order") = std::vector<size_t>{},
+                 py::arg("emulated") = "")
             .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
                  "Run on arrays matching the plan exactly, else raise SignatureMismatch.");
 
@@ -261,6 +324,10 @@ PYBIND11_MODULE(_core, m) {
             py::arg("src"), py::arg("src_code"), py::arg("dst"), py::arg("dst_code"),
             "Convert C-contiguous src into dst (same size) between f32 and bf16/f16, rounding\n"
             "to nearest even. Returns False (and does nothing) where this CPU lacks F16C/AVX2.");
+
+    m.attr("fast_conversion") = fast_conversion();
+    m.def("staging_bytes", [] { return Staging::local().capacity(); },
+          "Bytes of f32 staging memory the calling thread keeps for emulated calls.");
 
     m.def("all_finite", &all_finite, py::arg("array"), py::arg("code"),
           "Whether an aligned C-contiguous bf16 (code 'bf16') or f16 array holds no Inf or NaN.");

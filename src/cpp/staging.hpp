@@ -1,0 +1,66 @@
+// Per-thread f32 scratch memory for emulated low-precision calls (spec D10).
+//
+// An emulated call converts its bf16/f16 inputs to f32, runs the f32 partition and rounds
+// the f32 result back. Fresh buffers for those f32 copies cost page faults on every call
+// (glibc returns large freed blocks to the kernel): on the models suite that was up to
+// half the call. Each thread keeps one buffer instead, grown to the largest call it has
+// run, up to kKeepBytes; a larger call gets a buffer of its own, freed when it ends.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+
+namespace onednn_convt {
+
+class Staging {
+public:
+    static constexpr size_t kKeepBytes = size_t{64} << 20;
+    static constexpr size_t kAlign = 64;  // a cache line: oneDNN's kernels like it
+
+    Staging() = default;
+    Staging(const Staging &) = delete;
+    Staging &operator=(const Staging &) = delete;
+    ~Staging() { std::free(data_); }
+
+    // At least `floats` f32 elements, 64-byte aligned, valid until release() or the next get().
+    float *get(size_t floats) {
+        const size_t bytes = (floats * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+        if (bytes > capacity_) {
+            std::free(data_);
+            data_ = static_cast<float *>(std::aligned_alloc(kAlign, bytes));
+            capacity_ = data_ ? bytes : 0;
+            if (!data_) throw std::bad_alloc();
+        }
+        return data_;
+    }
+
+    // Ends a call: a buffer larger than kKeepBytes is freed rather than kept.
+    void release() {
+        if (capacity_ > kKeepBytes) {
+            std::free(data_);
+            data_ = nullptr;
+            capacity_ = 0;
+        }
+    }
+
+    size_t capacity() const { return capacity_; }
+
+    // The calling thread's scratch.
+    static Staging &local() {
+        thread_local Staging staging;
+        return staging;
+    }
+
+private:
+    float *data_ = nullptr;
+    size_t capacity_ = 0;
+};
+
+// Offset of a region in floats, rounded up so that every region starts 64-byte aligned.
+inline size_t aligned_floats(size_t floats) {
+    constexpr size_t step = Staging::kAlign / sizeof(float);
+    return (floats + step - 1) / step * step;
+}
+
+}  // namespace onednn_convt

@@ -1,0 +1,170 @@
+"""The C++ fast path of emulated calls: dense bf16/f16 arrays are converted into per-thread
+f32 staging memory, the f32 partition runs, and the result is rounded back, all in one C++
+call (src/cpp/staging.hpp).
+
+Its results must be the Python plan's results bit for bit (the same conversions and the
+same partition) and match the float64 reference; each thread must have its own staging
+memory; and the library's input order (which a lowering may swap) must be kept. bf16 runs
+this path here too: the tests mark it as having no native kernel, as on CPUs without
+AVX-512 bf16.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onednn_convt as oc
+import pytest
+from helpers import Config, assert_close, emulated_dtype
+from onednn_convt import _core, ops
+from test_numerics import BWD_D, BWD_W, FWD, OPS, inputs_of, reference
+from test_threads import run_threads
+
+pytestmark = pytest.mark.skipif(not _core.fast_conversion, reason="this CPU has no AVX2/F16C")
+
+KINDS = ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights", "Convolution",
+         "ConvolutionBackwardData", "ConvolutionBackwardWeights", "MatMul")
+
+#: 2-D NCX/IOX and NXC/XOI with groups and a bias; the NXC one lowers BackwardData and
+#: BackwardWeights to Convolution ops (the latter with its inputs swapped)
+CFGS = [
+    Config(src=(6, 5), kernel=(3, 2), n=2, ic=6, oc=4, groups=2, strides=2, pads_begin=1, bias=True),
+    Config(src=(5, 6), kernel=(2, 3), n=2, ic=4, oc=6, groups=2, strides=(2, 1), pads_end=(0, 1), bias=True,
+           data_format="NXC", weights_format="XOI"),
+]
+#: stride 1 and IC = OC: src and diff_dst have one shape, so swapped inputs would go unnoticed
+#: by the signature check (the kernel would come out flipped)
+SAME_SHAPES = Config(src=(5, 5), kernel=(3, 3), n=2, ic=4, oc=4, pads_begin=1, pads_end=1,
+                     data_format="NXC", weights_format="XOI")
+
+
+@pytest.fixture(params=["f16", "bf16"])
+def code(request, monkeypatch) -> str:
+    """The emulated dtype code; bf16 is made emulated for the test where it is native."""
+    if request.param == "f16" and emulated_dtype() != np.float16:
+        pytest.skip("f16 has a native kernel on this CPU")
+    if request.param == "bf16":
+        for kind in KINDS:
+            monkeypatch.setitem(ops._NATIVE, (kind, "bf16"), False)
+    return str(request.param)
+
+
+def make(op: str, cfg: Config) -> Any:
+    if op == FWD:
+        return oc.ConvTranspose(**cfg.attrs())
+    if op == BWD_D:
+        return oc.ConvTransposeBackwardData(**cfg.attrs(op))
+    return oc.ConvTransposeBackwardWeights(weights_shape=cfg.weights_shape, **cfg.attrs(op))
+
+
+def reduction(op: str, cfg: Config) -> int:
+    return {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
+
+
+def no_python_plan(monkeypatch) -> list[int]:
+    """Make the Python plan path record its runs; returns the record."""
+    runs: list[int] = []
+    real = ops._Plan.run
+
+    def run(self: Any, *a: Any) -> Any:
+        runs.append(1)
+        return real(self, *a)
+
+    monkeypatch.setattr(ops._Plan, "run", run)
+    return runs
+
+
+@pytest.mark.parametrize("cfg", [*CFGS, SAME_SHAPES], ids=["ncx", "nxc", "same-shapes"])
+@pytest.mark.parametrize("op", OPS)
+def test_fast_path_equals_the_python_plan_and_the_reference(op, cfg, code, monkeypatch):
+    dtype = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}[code]
+    arrays = inputs_of(op, cfg.tensors(np.random.default_rng(11), code), cfg)
+    instance = make(op, cfg)
+    first = instance(*arrays)  # compiles; the Python plan runs
+    plan = instance.last_plan
+    assert plan.emulated and plan.executor is not None
+    runs = no_python_plan(monkeypatch)
+    out = np.full(first.shape, np.nan, dtype)
+    results = [instance(*arrays), instance(*arrays), instance(*arrays, out=out)]
+    assert runs == [], "a repeated dense call took the Python plan"
+    assert results[2] is out
+    ref = reference(op, cfg, arrays)
+    for got in [first, *results]:
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got.view(np.uint16), first.view(np.uint16))
+        assert_close(got, ref, code, reduction(op, cfg), f"{op} {code}")
+    assert _core.staging_bytes() > 0
+
+
+def test_other_strides_take_the_python_plan(code, monkeypatch):
+    """A transposed view does not match the dense plan: it is converted by the Python plan,
+    with the same result."""
+    cfg = CFGS[0]
+    x, w = (cfg.tensors(np.random.default_rng(12), code)[k] for k in ("src", "weights"))
+    op = oc.ConvTranspose(**cfg.attrs())
+    expected = op(x, w)
+    view = np.ascontiguousarray(x.swapaxes(0, 1)).swapaxes(0, 1)  # same values, other strides
+    assert not view.flags.c_contiguous
+    runs = no_python_plan(monkeypatch)
+    got = [op(view, w), op(view, w)]
+    assert len(runs) == 2
+    for g in got:
+        np.testing.assert_array_equal(g.view(np.uint16), expected.view(np.uint16))
+
+
+def test_threads_have_their_own_staging(code):
+    """Eight threads run one op object on different inputs at once; each gets its own result
+    (shared staging memory would mix them)."""
+    cfg = CFGS[1]
+    op = oc.ConvTranspose(**cfg.attrs())
+    problems = [cfg.tensors(np.random.default_rng(100 + i), code) for i in range(8)]
+    expected = [op(t["src"], t["weights"], t["bias"]) for t in problems]  # serially first
+    assert op.last_plan.executor is not None
+
+    def work(i: int) -> list[np.ndarray]:
+        t = problems[i]
+        return [op(t["src"], t["weights"], t["bias"]) for _ in range(30)]
+
+    for i, results in enumerate(run_threads(8, work)):
+        for r in results:
+            np.testing.assert_array_equal(r.view(np.uint16), expected[i].view(np.uint16))
+
+
+def test_large_calls_do_not_keep_their_staging():
+    """A call needing more than 64 MiB of f32 staging frees it when it ends; smaller calls
+    keep theirs for the next call."""
+    low = emulated_dtype()
+    op = oc.ConvTranspose(strides=2, data_format="NXC")
+    small = np.ones((1, 8, 8, 4), low), np.ones((2, 2, 4, 4), low)
+    op(*small)
+    op(*small)
+    kept = _core.staging_bytes()
+    assert 0 < kept <= 64 << 20
+    big = np.ones((1, 1024, 1024, 8), low), np.ones((2, 2, 2, 8), low)  # f32: 32 MiB in, 32 MiB out
+    first = op(*big)
+    result = op(*big)
+    assert _core.staging_bytes() == 0
+    assert np.array_equal(result.view(np.uint16), first.view(np.uint16))
+    assert float(result[0, 0, 0, 0]) == 8.0  # sum over 8 input channels of 1 * 1
+
+
+def test_executor_refuses_a_wrong_emulation():
+    """The emulated Executor reads 2-byte arrays into an f32 partition: it checks the pairing."""
+    op = oc.ConvTranspose()
+    x, w = np.ones((1, 5, 3), np.float32), np.ones((2, 4, 3), np.float32)
+    op(x, w)
+    compiled = op.last_plan.compiled
+    f16, bf16, f32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
+    with pytest.raises(ValueError, match="emulated must be"):
+        _core.Executor(compiled, [f16, f16], f16, "", [], "f8")
+    with pytest.raises(ValueError, match="emulated must be"):
+        _core.Executor(compiled, [f16, f16], f16, "f16", [], "f16")
+    for ins, out, code in (([f32, f32], f32, "f16"), ([bf16, bf16], bf16, "f16"), ([f16, f16], f16, "bf16"),
+                           ([f16, bf16], f16, "f16")):
+        with pytest.raises(ValueError, match="emulation needs"):
+            _core.Executor(compiled, ins, out, "", [], code)
+    ok = _core.Executor(compiled, [f16, f16], f16, "", [], "f16")
+    got = ok.run((x.astype(f16), w.astype(f16)), None)
+    np.testing.assert_array_equal(got.astype(np.float32), op(x, w))
