@@ -139,6 +139,20 @@ def test_all_finite_agrees_with_numpy_on_every_bit_pattern(code):
         _core.all_finite(good[::2], code)
 
 
+@pytest.mark.parametrize("code", ["bf16", "f16"])
+def test_all_finite_finds_one_value_in_a_large_array(code):
+    """Large arrays are scanned in parallel chunks of 16384: one Inf or NaN anywhere, chunk
+    edges included, is found."""
+    n = 5 * 16384 + 7
+    a = np.ones(n, DTYPES[code])
+    assert _core.all_finite(a, code)
+    for pos in (0, 16383, 16384, 3 * 16384 + 1, n - 1):
+        for bad in (np.inf, -np.inf, np.nan):
+            b = a.copy()
+            b[pos] = bad
+            assert not _core.all_finite(b, code), (pos, bad)
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_f16_overflow_rounds_to_inf_like_the_reference(op):
     """Sums beyond float16's 65504 become Inf when the f32 result is rounded, as the reference
