@@ -167,8 +167,9 @@ def test_geomean_helper() -> None:
 
 
 def test_measure_difference_alternates_and_pairs_samples() -> None:
-    """Batches alternate a, b, a, b with one batch size, and each difference pairs the two
-    samples taken side by side (a drift that hits both cancels out)."""
+    """Batches alternate a, b, a, b, each sized to take about the same time (so a fast call
+    paired with a slow one is still averaged over many calls), and each difference pairs the
+    two samples taken side by side (a drift that hits both cancels out)."""
     from onednn_convt.bench import timing
 
     calls: list[tuple[str, int]] = []
@@ -182,11 +183,14 @@ def test_measure_difference_alternates_and_pairs_samples() -> None:
 
         return run
 
-    ta, tb, pairs = timing.measure_difference(runner("a", 3e-6), runner("b", 1e-6), repeat=5, budget=10.0)
+    ta, tb, pairs = timing.measure_difference(runner("a", 3e-4), runner("b", 1e-4), repeat=5, budget=20.0)
     names = [n for n, _ in calls[2:]]  # after one timing call of each
     assert names == ["a", "b"] * 5
-    assert len({k for _, k in calls[2:]}) == 1
-    assert pairs == pytest.approx([2e-6 - 1e-7] * 5)  # b ran one drift step later than its a
+    batches = {n: {k for m, k in calls[2:] if m == n} for n in "ab"}
+    assert len(batches["a"]) == len(batches["b"]) == 1
+    [ka], [kb] = batches["a"], batches["b"]
+    assert kb == pytest.approx(3 * ka, rel=0.01)  # b's call is 3x quicker
+    assert pairs == pytest.approx([2e-4 - 1e-7] * 5)  # b ran one drift step later than its a
     assert ta.samples == tb.samples == 5 and ta.median > tb.median
 
 

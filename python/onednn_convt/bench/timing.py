@@ -99,24 +99,24 @@ def measure(
         return Timing(once, once, once, 1, 1, once)
     per_sample = budget / repeat
     batch = int(min(_MAX_BATCH, max(1, round(per_sample / max(once, 1e-9)))))
-    [samples] = _sample([run], batch, repeat, budget)
+    [samples] = _sample([run], [batch], repeat, budget)
     return _timing(samples, batch)
 
 
 def _sample(
-    runners: list[BatchRunner], batch: int, repeat: int, budget: float, gap: float = 0.0
+    runners: list[BatchRunner], batches: list[int], repeat: int, budget: float, gap: float = 0.0
 ) -> list[list[float]]:
-    """Rounds of one batch of each runner in turn, with the garbage collector off: up to
-    ``repeat`` rounds, fewer (but 3 at least) once ``budget`` seconds are spent (``gap``
-    seconds of sleep before each batch are not counted). Returns each runner's seconds
-    per call, a list per runner."""
+    """Rounds of one batch of each runner in turn (``batches``: calls per batch, one per
+    runner), with the garbage collector off: up to ``repeat`` rounds, fewer (but 3 at least)
+    once ``budget`` seconds are spent (``gap`` seconds of sleep before each batch are not
+    counted). Returns each runner's seconds per call, a list per runner."""
     samples: list[list[float]] = [[] for _ in runners]
     enabled = gc.isenabled()
     gc.disable()
     try:
         spent = 0.0
         while len(samples[0]) < repeat:
-            for run, out in zip(runners, samples):
+            for run, batch, out in zip(runners, batches, samples):
                 if gap:
                     settle(gap)
                 seconds = run(batch)
@@ -141,19 +141,21 @@ def measure_difference(
     """Time two operations in alternating batches (a, b, a, b, ...), so that both see the
     same state of a shared machine, for the cost that ``a`` adds over ``b`` (or their ratio).
 
-    Both have run before (no warm-up). Each pair of samples uses the same batch size.
-    ``gap``: seconds to sleep before each batch (uncounted), e.g. for another OpenMP
-    runtime's threads to stop spinning.
+    Both have run before (no warm-up). Each runner's batch is sized from its own single
+    call, so that its batches take about ``budget / repeat / 2`` seconds: a fast call paired
+    with a slow one is still averaged over many calls, not timed alone after the gap (cold
+    caches, sleeping threads: up to 3x its steady time here). ``gap``: seconds to sleep
+    before each batch (uncounted), e.g. for another OpenMP runtime's threads to stop spinning.
 
     Returns:
         the timing per call of ``a`` and of ``b``, and the per-call difference a - b of each
         pair of samples (seconds); its median is the figure to report.
     """
     repeat = max(_MIN_SAMPLES, int(repeat))
-    once = max(a(1), b(1), 1e-9)
-    batch = int(min(_MAX_BATCH, max(1, round(budget / repeat / 2 / once))))
-    sa, sb = _sample([a, b], batch, repeat, budget, gap)
-    return _timing(sa, batch), _timing(sb, batch), [x - y for x, y in zip(sa, sb)]
+    onces = [max(a(1), 1e-9), max(b(1), 1e-9)]
+    batches = [int(min(_MAX_BATCH, max(1, round(budget / repeat / 2 / once)))) for once in onces]
+    sa, sb = _sample([a, b], batches, repeat, budget, gap)
+    return _timing(sa, batches[0]), _timing(sb, batches[1]), [x - y for x, y in zip(sa, sb)]
 
 
 def settle(seconds: float = 0.05) -> None:
