@@ -150,6 +150,21 @@ def test_large_calls_do_not_keep_their_staging():
     assert float(result[0, 0, 0, 0]) == 8.0  # sum over 8 input channels of 1 * 1
 
 
+def test_clear_cache_frees_the_staging_memory():
+    low = emulated_dtype()
+    op = oc.ConvTranspose(strides=2, data_format="NCX", weights_format="IOX")
+    x, w = np.ones((1, 4, 8, 8), low), np.ones((4, 4, 2, 2), low)
+    first = op(x, w)
+    op(x, w)
+    assert _core.staging_bytes() > 0
+    oc.clear_cache()
+    assert _core.staging_bytes() == 0
+    again = op(x, w)  # compiles again; then the fast path stages again
+    assert np.array_equal(op(x, w).view(np.uint16), first.view(np.uint16))
+    assert np.array_equal(again.view(np.uint16), first.view(np.uint16))
+    assert _core.staging_bytes() > 0
+
+
 def test_executor_refuses_a_wrong_emulation():
     """The emulated Executor reads 2-byte arrays into an f32 partition: it checks the pairing."""
     op = oc.ConvTranspose()

@@ -131,8 +131,11 @@ def _library_caches(capacities: list[int] | None = None) -> list[int]:
 
 
 def clear_cache() -> None:
-    """Drop every cached compiled partition (ours and oneDNN's own) and reset the counters."""
+    """Drop every cached compiled partition (ours and oneDNN's own) and reset the counters,
+    and free the f32 staging memory the calling thread keeps for emulated bf16/f16 calls
+    (other threads free theirs when they end)."""
     _core.clear_cache()
+    _core.clear_staging()
     old = _library_caches([0, 0])  # a capacity of 0 empties them; then the old capacities back
     if old:
         _library_caches(old)

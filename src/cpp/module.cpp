@@ -328,6 +328,8 @@ PYBIND11_MODULE(_core, m) {
     m.attr("fast_conversion") = fast_conversion();
     m.def("staging_bytes", [] { return Staging::local().capacity(); },
           "Bytes of f32 staging memory the calling thread keeps for emulated calls.");
+    m.def("clear_staging", [] { Staging::local().clear(); },
+          "Free the calling thread's f32 staging memory.");
 
     m.def("all_finite", &all_finite, py::arg("array"), py::arg("code"),
           "Whether an aligned C-contiguous bf16 (code 'bf16') or f16 array holds no Inf or NaN.");

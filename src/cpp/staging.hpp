@@ -37,11 +37,14 @@ public:
 
     // Ends a call: a buffer larger than kKeepBytes is freed rather than kept.
     void release() {
-        if (capacity_ > kKeepBytes) {
-            std::free(data_);
-            data_ = nullptr;
-            capacity_ = 0;
-        }
+        if (capacity_ > kKeepBytes) clear();
+    }
+
+    // Frees the buffer (the next call allocates again).
+    void clear() {
+        std::free(data_);
+        data_ = nullptr;
+        capacity_ = 0;
     }
 
     size_t capacity() const { return capacity_; }
