@@ -117,6 +117,23 @@ struct Executor {
     bool dense_output;  // whether an output it allocates (C order) matches the compiled one
     std::string finite_code;
     std::string emulated;  // "", or the call's dtype code when the op runs in f32
+    // emulated: element counts of the inputs and the output, and their offsets (in floats,
+    // 64-byte aligned) in the staging memory, which holds `staged_total` floats
+    std::vector<size_t> staged_sizes, staged_offsets;
+    size_t staged_total = 0;
+
+    void plan_staging() {
+        const auto &spec = compiled.op->spec();
+        auto add = [&](const TensorDesc &d) {
+            size_t n = 1;
+            for (auto x : d.shape) n *= static_cast<size_t>(x);
+            staged_sizes.push_back(n);
+            staged_offsets.push_back(staged_total);
+            staged_total += aligned_floats(n);
+        };
+        for (const auto &d : spec.inputs) add(d);
+        add(spec.output);
+    }
 
     static bool is_dense(const TensorDesc &d) {
         int64_t step = 1;
@@ -185,23 +202,12 @@ struct Executor {
 
     // Converts the inputs (at ptrs) to f32, runs the f32 op and rounds into result.
     void run_emulated(const std::vector<void *> &ptrs, py::array &result) const {
-        const auto &spec = compiled.op->spec();
         const LowType type = emulated == "f16" ? LowType::f16 : LowType::bf16;
-        std::vector<size_t> sizes, offsets;
-        size_t total = 0;
-        auto add = [&](const TensorDesc &d) {
-            size_t n = 1;
-            for (auto x : d.shape) n *= static_cast<size_t>(x);
-            sizes.push_back(n);
-            offsets.push_back(total);
-            total += aligned_floats(n);
-        };
-        for (const auto &d : spec.inputs) add(d);
-        add(spec.output);
+        const auto &sizes = staged_sizes, &offsets = staged_offsets;
         auto *dst = static_cast<uint16_t *>(result.mutable_data());
         py::gil_scoped_release release;
         Staging &staging = Staging::local();
-        float *base = staging.get(total);
+        float *base = staging.get(staged_total);
         std::vector<void *> f32(ptrs.size());
         for (size_t i = 0; i < ptrs.size(); ++i) {
             f32[i] = base + offsets[i];
@@ -294,8 +300,10 @@ PYBIND11_MODULE(_core, m) {
                      if (!finite_code.empty() &&
                          (!dense || (finite_code != "bf16" && finite_code != "f16") || out.itemsize() != 2))
                          throw std::invalid_argument("Executor: finite_code needs a dense bf16 or f16 output");
-                     return Executor{c, std::move(in), std::move(order), std::move(out), dense,
-                                     std::move(finite_code), std::move(emulated)};
+                     Executor e{c, std::move(in), std::move(order), std::move(out), dense,
+                                std::move(finite_code), std::move(emulated), {}, {}, 0};
+                     if (!e.emulated.empty()) e.plan_staging();
+                     return e;
                  }),
                  py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"),
                  py::arg("finite_code") = "", py::arg("order") = std::vector<size_t>{},
