@@ -2,9 +2,10 @@
 //
 // An emulated call converts its bf16/f16 inputs to f32, runs the f32 partition and rounds
 // the f32 result back. Fresh buffers for those f32 copies cost page faults on every call
-// (glibc returns large freed blocks to the kernel): on the models suite that was up to
-// half the call. Each thread keeps one buffer instead, grown to the largest call it has
-// run, up to kKeepBytes; a larger call gets a buffer of its own, freed when it ends.
+// (glibc returns large freed blocks to the kernel): converting 4M f16 values into a fresh
+// 16 MB buffer took 1.10 ms here, into a reused one 0.59 ms. Each thread keeps one buffer
+// instead, grown to the largest call it has run, up to kKeepBytes; a larger call gets a
+// buffer of its own, freed when it ends.
 #pragma once
 
 #include <cstddef>
