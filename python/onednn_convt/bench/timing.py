@@ -97,10 +97,15 @@ def measure(
         once = run(1)
     if once > 2 * budget:
         return Timing(once, once, once, 1, 1, once)
-    per_sample = budget / repeat
-    batch = int(min(_MAX_BATCH, max(1, round(per_sample / max(once, 1e-9)))))
+    batch = _batch(budget / repeat, once)
     [samples] = _sample([run], [batch], repeat, budget)
     return _timing(samples, batch)
+
+
+def _batch(seconds: float, once: float) -> int:
+    """Calls per batch so that a batch of calls taking ``once`` seconds each lasts about
+    ``seconds`` (at least 1, at most ``_MAX_BATCH``)."""
+    return int(min(_MAX_BATCH, max(1, round(seconds / max(once, 1e-9)))))
 
 
 def _sample(
@@ -152,8 +157,7 @@ def measure_difference(
         pair of samples (seconds); its median is the figure to report.
     """
     repeat = max(_MIN_SAMPLES, int(repeat))
-    onces = [max(a(1), 1e-9), max(b(1), 1e-9)]
-    batches = [int(min(_MAX_BATCH, max(1, round(budget / repeat / 2 / once)))) for once in onces]
+    batches = [_batch(budget / repeat / 2, run(1)) for run in (a, b)]
     sa, sb = _sample([a, b], batches, repeat, budget, gap)
     return _timing(sa, batches[0]), _timing(sb, batches[1]), [x - y for x, y in zip(sa, sb)]
 
