@@ -9,7 +9,7 @@ pool, so in a child forked after the parent ran oneDNN on more than one thread, 
 (from an ``os.register_at_fork`` hook):
 
 1. sets the child's OpenMP thread count to 1;
-2. empties the compile caches (the package's and oneDNN's own), whose partitions were built
+2. empties the compile caches (the package's and oneDNN's primitive cache), whose partitions were built
    for the parent's thread count;
 3. makes each op object drop its compiled plans on its first call in the child.
 
@@ -53,7 +53,7 @@ def _after_fork_in_child() -> None:
         return
     ctypes.CDLL("libgomp.so.1").omp_set_num_threads(1)
     _core.clear_cache()
-    old = _library_caches([0, 0])
+    old = _library_caches([0])
     if old:
         _library_caches(old)
     if _original_call is None:

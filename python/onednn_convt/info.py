@@ -102,17 +102,19 @@ def set_cache_capacity(capacity: int) -> None:
         msg = f"set_cache_capacity: argument 'capacity' expected an int >= 0, got {capacity!r}"
         raise ValueError(msg)
     _core.set_cache_capacity(capacity)
-    _library_caches([capacity, capacity])
+    _library_caches([capacity])
 
 
-# oneDNN keeps its own caches behind ours: compiled partitions (Graph API) and primitives,
-# 1024 entries each by default. Unless they are bounded too, a partition that our cache
-# evicts stays alive there with its JIT code (measured: 400 evicted partitions kept ~70 MB).
-_LIBRARY_CACHES = ("dnnl_graph_{}_compiled_partition_cache_capacity", "dnnl_{}_primitive_cache_capacity")
+# oneDNN keeps its own caches behind ours. Its compiled-partition cache (Graph API) never
+# hits for us and would keep up to 1024 partitions we dropped alive, so the native module
+# turns it off when it loads (module.cpp). Its primitive cache (1024 entries by default)
+# follows our capacity: unbounded, a partition that our cache evicts stays alive there with
+# its JIT code (measured: 400 evicted partitions kept ~70 MB).
+_LIBRARY_CACHES = ("dnnl_{}_primitive_cache_capacity",)
 
 
 def _library_caches(capacities: list[int] | None = None) -> list[int]:
-    """oneDNN's own cache capacities (compiled partitions, primitives), set to ``capacities``
+    """oneDNN's own cache capacities (its primitive cache), set to ``capacities``
     if given; returns the values before. Empty if this libdnnl lacks the entry points."""
     from . import LIBDNNL_PATH
 
@@ -136,7 +138,7 @@ def clear_cache() -> None:
     (other threads free theirs when they end)."""
     _core.clear_cache()
     _core.clear_staging()
-    old = _library_caches([0, 0])  # a capacity of 0 empties them; then the old capacities back
+    old = _library_caches([0])  # a capacity of 0 empties it; then the old capacity back
     if old:
         _library_caches(old)
 

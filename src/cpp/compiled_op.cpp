@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <new>
@@ -168,8 +169,9 @@ void check_arguments(const OpSpec &s) {
     }
 }
 
-// Striped by spec key rather than one per CompiledOp: after our cache evicts a partition,
-// a new compile of the same spec may get the same library state from oneDNN's own cache.
+// Striped by spec key rather than one per CompiledOp: a lock that outlives any one compile
+// of the spec, should the library ever share state between compiles of it (its own
+// compiled-partition cache could, before module.cpp turned it off).
 constexpr size_t kLockStripes = 64;
 std::mutex execution_locks[kLockStripes];
 
@@ -180,9 +182,15 @@ void reset_execution_locks() {
 }
 [[maybe_unused]] const int atfork_registered = pthread_atfork(nullptr, nullptr, reset_execution_locks);
 
-lt make_lt(const std::string &kind, size_t id, const TensorDesc &t) {
-    return lt(id, to_data_type(kind, t.dtype), t.shape, t.strides);
+lt make_lt(const std::string &kind, size_t id, const TensorDesc &t, bool constant) {
+    const auto property = constant ? lt::property_type::constant : lt::property_type::undef;
+    return lt(id, to_data_type(kind, t.dtype), t.shape, t.strides, property);
 }
+
+// Logical tensor ids for ops with constant inputs, unique in the process: oneDNN's
+// compiled-partition cache keys on them, so no later compile of the same shapes can be
+// handed this op's kernel, whose constant cache holds this op's reordered values.
+std::atomic<size_t> next_private_id{size_t{1} << 32};
 
 }  // namespace
 
@@ -199,6 +207,7 @@ std::string OpSpec::key() const {
         else if (auto *d = std::get_if<Dims>(&value)) dims(*d);
         else os << std::get<std::string>(value) << ';';
     }
+    for (size_t c : constant_inputs) os << "|const" << c;
     for (const auto &t : inputs) {
         os << '|' << t.dtype << ':';
         dims(t.shape);
@@ -213,9 +222,16 @@ std::string OpSpec::key() const {
 CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
     const std::string &k = spec_.kind;
     check_arguments(spec_);
-    size_t id = 0;
-    for (const auto &t : spec_.inputs) input_lts_.push_back(make_lt(k, id++, t));
-    output_lt_ = make_lt(k, id, spec_.output);
+    for (size_t c : spec_.constant_inputs)
+        if (c >= spec_.inputs.size()) invalid(k, "constant input index out of range");
+    const size_t count = spec_.inputs.size() + 1;
+    size_t id = spec_.constant_inputs.empty() ? 0 : next_private_id.fetch_add(count);
+    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
+        const auto &c = spec_.constant_inputs;
+        const bool constant = std::find(c.begin(), c.end(), i) != c.end();
+        input_lts_.push_back(make_lt(k, id++, spec_.inputs[i], constant));
+    }
+    output_lt_ = make_lt(k, id, spec_.output, false);
 
     dg::op op(0, to_op_kind(k), input_lts_, {output_lt_}, k);
     for (const auto &[name, value] : spec_.attrs) {

@@ -32,6 +32,11 @@ struct OpSpec {
     Attrs attrs;
     std::vector<TensorDesc> inputs;
     TensorDesc output;
+    // Inputs whose values the caller promises never change: the library reorders them on
+    // the first run only and keeps the result in its constant tensor cache, which belongs
+    // to the compiled partition. So an op with constant inputs serves one set of values:
+    // it is compiled privately (never cached, never shared; see CompiledOp's constructor).
+    std::vector<size_t> constant_inputs;
 
     std::string key() const;
 };
