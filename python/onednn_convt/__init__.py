@@ -22,6 +22,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
     raise
 
 from . import _fork  # noqa: F401 - registers the os.fork hook (OpenMP after fork)
+from . import reference
 from .errors import OneDNNError, UnsupportedError
 from .functional import (
     conv_transpose,
@@ -51,6 +52,7 @@ __all__ = [
     "debug_fill",
     "info",
     "memory_limit",
+    "reference",
     "set_cache_capacity",
     "set_debug_fill",
     "set_memory_limit",
