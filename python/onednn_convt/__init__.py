@@ -2,7 +2,9 @@
 
 ``ConvTranspose``, ``ConvTransposeBackwardData`` and ``ConvTransposeBackwardWeights`` as op
 classes (attributes at construction, inputs at call) and functions, plus the legacy
-``ConvTransposeBackpropFilters``; ``reference`` is an independent NumPy float64 oracle.
+``ConvTransposeBackpropFilters``; ``op.with_constant_weights(w)`` gives a ``ConstantWeights``
+callable whose weights the library reorders once; ``reference`` is an independent NumPy
+float64 oracle.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
 
 from . import _fork  # noqa: F401 - registers the os.fork hook (OpenMP after fork)
 from . import reference
+from .constant_weights import ConstantWeights
 from .errors import OneDNNError, UnsupportedError
 from .functional import (
     conv_transpose,
@@ -37,6 +40,7 @@ from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackward
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConstantWeights",
     "ConvTranspose",
     "ConvTransposeBackpropFilters",
     "ConvTransposeBackwardData",

@@ -103,6 +103,7 @@ def conv_transpose(
         "library_shape": (n, length, oc * padded),
         # the zero-padded weights copy (when the kernel is not a multiple of the stride)
         "prepared_elems": (src_shape[1] if ncx else src_shape[2]) * oc * padded if padded != kernel else 0,
+        "weights_arg": 1,
     }
 
 
@@ -167,5 +168,6 @@ def conv_transpose_backward_data(
         "finish": finish,
         "library_shape": (ic, n * src_size) if iox else (n, src_size, ic),
         "prepared_elems": n * extent * oc + n * src_size * oc * kernel,  # zero-padded rows, frames
+        "weights_arg": 0 if iox else 1,  # see prepare
     }
 

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import _core, dtypes, limits, lowerings, matmul_lowering, schema, shapes
+from .constant_weights import ConstantWeights
 from .errors import UnsupportedError
 from .schema import IntList
 
@@ -45,6 +46,9 @@ class Lowering:
         library_shape: shape of the library's output when ``finish`` is set.
         prepared_elems: elements ``prepare`` allocates (copies it makes; the memory estimate
             counts them in the compute dtype).
+        weights_arg: position, among the library's inputs, of the weights (or of the array
+            made from the weights alone); None for an op without a weights input. Ops with
+            constant weights mark that input constant (:mod:`onednn_convt.constant_weights`).
     """
 
     kind: str
@@ -55,6 +59,7 @@ class Lowering:
     finish: Optional[Callable[[np.ndarray, Sequence[Any]], np.ndarray]] = None
     library_shape: tuple[int, ...] = ()
     prepared_elems: int = 0
+    weights_arg: Optional[int] = None
 
     def library_args(self, arrays: Sequence[Any], emulated: bool) -> list[np.ndarray]:
         """The arrays handed to the library (emulated: f32 copies of the inputs first)."""
@@ -184,6 +189,8 @@ class _Op:
     input_names: ClassVar[tuple[str, ...]]
     output_name: ClassVar[str]
     _PLAN_SLOTS: ClassVar[int] = 16
+    #: set on the private op of a ConstantWeights: compile with the weights input constant
+    _constant_weights: bool = False
 
     def __init__(self, attrs: dict[str, Any], strict: bool) -> None:
         self.attrs = schema.normalize(self.op_name, attrs)
@@ -277,9 +284,10 @@ class _Op:
             self._check_out(arrays, out, lowering.out_shape, dtype)
         key = (lowering.kind, code)
         limits.check_plan(self.op_name, lowering, arrays, out, dtype, emulated=_NATIVE.get(key) is False)
+        constant = self._constant_weights
         if _NATIVE.get(key) is not False:
             try:
-                plan = self._compile(lowering, arrays, out, dtype, code, emulated=False)
+                plan = self._compile(lowering, arrays, out, dtype, code, emulated=False, constant_weights=constant)
             except UnsupportedError:
                 if code == "f32":
                     raise
@@ -294,14 +302,15 @@ class _Op:
             )
             raise UnsupportedError(msg, 3)
         limits.check_memory(self.op_name, lowering, arrays, out, dtype, emulated=True)
-        return self._compile(lowering, arrays, out, dtype, "f32", emulated=True)
+        return self._compile(lowering, arrays, out, dtype, "f32", emulated=True, constant_weights=constant)
 
     @staticmethod
     def _compile(
         lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray],
-        dtype: np.dtype[Any], code: str, emulated: bool,
+        dtype: np.dtype[Any], code: str, emulated: bool, constant_weights: bool = False,
     ) -> _Plan:
-        """Compile the library op for these arrays, described as they will be passed."""
+        """Compile the library op for these arrays, described as they will be passed;
+        with ``constant_weights``, privately and with the weights input marked constant."""
         args = lowering.library_args(arrays, emulated)
         fixers = [_fixed_view(a) for a in args]
         fixed = [f(a) if f else a for f, a in zip(fixers, args)]
@@ -310,14 +319,16 @@ class _Op:
         out_desc = (
             _describe(out, code) if direct and out is not None else (shape, _dense_strides(shape), code)
         )
+        at = lowering.weights_arg
         compiled = _core.compile(
-            lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc
+            lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc,
+            constant=[at] if constant_weights and at is not None else [],
         )
         plan = _Plan(compiled, lowering, dtype, emulated, fixers if any(fixers) else [])
         guard = "" if emulated or code == "f32" else code
         if guard:
             def make_fallback(arrays: Sequence[Any]) -> _Plan:
-                return _Op._compile(lowering, arrays, None, dtype, "f32", emulated=True)
+                return _Op._compile(lowering, arrays, None, dtype, "f32", True, constant_weights)
 
             plan.make_fallback = make_fallback
         fast_ok = plan.direct and not plan.fixers and lowering.prepare is None  # arrays go in as given
@@ -509,6 +520,12 @@ class ConvTranspose(_Op):
         """
         return self._call((src, weights, bias), out)
 
+    def with_constant_weights(self, weights: ArrayLike) -> ConstantWeights:
+        """This op with ``weights`` bound and marked constant: the library reorders them on
+        the first call only (:mod:`onednn_convt.constant_weights`). ``weights`` is copied.
+        """
+        return ConstantWeights(self, weights)
+
     def _lower(self, arrays: Sequence[Any]) -> Lowering:
         src, w, bias = arrays
         a = self.attrs
@@ -551,10 +568,12 @@ class ConvTranspose(_Op):
                 buffers.w = lowerings.convolution_weights(args[1], wf, g, getattr(buffers, "w", None))
                 return [args[0], buffers.w, *args[2:]]
 
-            return Lowering("Convolution", attrs, inputs, out_shape, prepare=flip_weights, prepared_elems=w.size)
+            return Lowering(
+                "Convolution", attrs, inputs, out_shape, prepare=flip_weights, prepared_elems=w.size, weights_arg=1
+            )
         attrs = self._library_attrs(geometry)
         attrs["output_padding"] = list(op)
-        return Lowering("ConvTranspose", attrs, inputs, out_shape)
+        return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1)
 
 
 class ConvTransposeBackwardData(_Op):
@@ -601,6 +620,12 @@ class ConvTransposeBackwardData(_Op):
         """
         return self._call((diff_dst, weights), out)
 
+    def with_constant_weights(self, weights: ArrayLike) -> ConstantWeights:
+        """This op with ``weights`` bound and marked constant: the library reorders them on
+        the first call only (:mod:`onednn_convt.constant_weights`). ``weights`` is copied.
+        """
+        return ConstantWeights(self, weights)
+
     def _lower(self, arrays: Sequence[Any]) -> Lowering:
         dd, w = arrays
         a = self.attrs
@@ -628,10 +653,10 @@ class ConvTransposeBackwardData(_Op):
         kind = lowerings.backward_data_kind(geometry[1], a["data_format"])
         if kind == lowerings.CONV_TRANSPOSE_BACKWARD_DATA:  # no dilation, where it is faster
             attrs = self._library_attrs(geometry)
-            return Lowering(kind, attrs, (0, 1), out_shape)
+            return Lowering(kind, attrs, (0, 1), out_shape, weights_arg=1)
         conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
         attrs = self._library_attrs(geometry, conv_format)
-        return Lowering("Convolution", attrs, (0, 1), out_shape)
+        return Lowering("Convolution", attrs, (0, 1), out_shape, weights_arg=1)
 
 
 class ConvTransposeBackwardWeights(_Op):
