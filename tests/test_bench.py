@@ -102,6 +102,20 @@ def test_no_recompile_and_no_allocation_with_out(tiny_run: dict) -> None:
             assert r["alloc_bytes"] >= itemsize * 3 * 7 * 7 or r["op"] == "bwd_w"
 
 
+def test_constant_weights_measured_where_the_op_has_weights(tiny_run: dict) -> None:
+    """fwd and bwd_d are also timed with their weights bound as constant, and wrote the same
+    bytes as the plain call; bwd_w has no weights input."""
+    results = json.loads((tiny_run["out"] / "run.json").read_text())["results"]
+    for r in results:
+        if r["op"] == "bwd_w":
+            assert "const_gain" not in r, r["key"]
+            continue
+        assert r["const_equal"] is True, r["key"]
+        assert r["const_out_ms"] > 0 and r["const_gain"] > 0, r["key"]
+    table = tiny_run["stdout"]
+    assert "const w" in table
+
+
 def test_results_match_reference_and_torch(tiny_run: dict) -> None:
     results = json.loads((tiny_run["out"] / "run.json").read_text())["results"]
     for r in results:

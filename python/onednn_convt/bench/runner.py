@@ -3,7 +3,8 @@
 Order per configuration: the compile cache is cleared and the peak-RSS mark reset; the
 first call is timed (it compiles); then our call (allocating its result, as PyTorch
 does), our call with ``out=``, and the native loop are timed; the cache counters and peak
-RSS are read; tracemalloc measures the bytes allocated per call; then PyTorch and, on small
+RSS are read; for ops with weights, the out= call with the weights bound as constant is
+timed against the plain out= call; tracemalloc measures the bytes allocated per call; then PyTorch and, on small
 shapes, the reference run. A short pause separates the runners, so one OpenMP pool's
 spinning threads do not slow the next.
 """
@@ -113,6 +114,8 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     _, rss_peak = timing.rss_bytes()
     # the errors below are judged on the first call and on a steady one (the path timed)
     steady = op(*args)
+    if hasattr(op, "with_constant_weights"):
+        _measure_constant_weights(op, args, out, opts, rec)
 
     rec["compile_ms"] = max(0.0, first - ours.median) * 1e3
     _record_ours(rec, ours)
@@ -140,6 +143,24 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     if opts.reference:
         _measure_reference(case, opts, (result, steady, out), rec)
     rec["others_cpu"] = monitor.others()
+
+
+def _measure_constant_weights(op: Any, args: Sequence[Any], out: np.ndarray, opts: Options, rec: dict[str, Any]) -> None:
+    """The same call with the weights bound as constant (``op.with_constant_weights``: the
+    library reorders them once), timed with out= in alternating batches against the plain
+    out= call. ``const_equal``: both wrote the same bytes."""
+    bound = op.with_constant_weights(args[1])
+    rest = (args[0], *args[2:])
+    const_out = np.empty_like(out)
+    bound(*rest, out=const_out)  # compiles; reorders the weights into the constant cache
+    op(*args, out=out)
+    rec["const_equal"] = bool(np.array_equal(const_out.view(np.uint8), out.view(np.uint8)))
+    plain, const, _ = timing.measure_difference(
+        timing.python_runner(lambda: op(*args, out=out)),
+        timing.python_runner(lambda: bound(*rest, out=const_out)), opts.repeat, opts.budget,
+    )
+    rec["const_out_ms"] = const.median * 1e3
+    rec["const_gain"] = plain.median / const.median
 
 
 def _record_ours(rec: dict[str, Any], t: timing.Timing) -> None:
