@@ -108,8 +108,9 @@ def set_cache_capacity(capacity: int) -> None:
 # oneDNN keeps its own caches behind ours. Its compiled-partition cache (Graph API) never
 # hits for us and would keep up to 1024 partitions we dropped alive, so the native module
 # turns it off when it loads (module.cpp). Its primitive cache (1024 entries by default)
-# follows our capacity: unbounded, a partition that our cache evicts stays alive there with
-# its JIT code (measured: 400 evicted partitions kept ~70 MB).
+# follows our capacity, so it does not keep the JIT code of partitions our cache evicts
+# either (with both of oneDNN's caches at their defaults, 400 evicted partitions kept
+# ~70 MB).
 _LIBRARY_CACHES = ("dnnl_{}_primitive_cache_capacity",)
 
 

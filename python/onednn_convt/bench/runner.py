@@ -4,8 +4,8 @@ Order per configuration: the compile cache is cleared and the peak-RSS mark rese
 first call is timed (it compiles); then our call (allocating its result, as PyTorch
 does), our call with ``out=``, and the native loop are timed; the cache counters and peak
 RSS are read; for ops with weights, the out= call with the weights bound as constant is
-timed against the plain out= call; tracemalloc measures the bytes allocated per call; then PyTorch and, on small
-shapes, the reference run. A short pause separates the runners, so one OpenMP pool's
+timed against the plain out= call; tracemalloc measures the bytes allocated per call; then
+PyTorch and, on small shapes, the reference run. A short pause separates the runners, so one OpenMP pool's
 spinning threads do not slow the next.
 """
 
