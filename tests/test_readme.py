@@ -12,8 +12,8 @@ README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_python_examples_run_in_a_fresh_interpreter():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
     assert len(blocks) >= 2  # the quick start and the constant weights example
     code = "\n".join(blocks) + "\nimport numpy as np\nassert np.allclose(dst, expected, rtol=1e-4, atol=1e-4)\n"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
