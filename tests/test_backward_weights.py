@@ -7,6 +7,7 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
+from onednn_convt import lowerings, ops
 
 OP = "ConvTransposeBackwardWeights"
 
@@ -117,3 +118,52 @@ def test_repository_case_deconv_bwd_w_json():
     got = make_op(cfg)(t["src"], t["diff_dst"])
     assert got.shape == (32, 128, 3, 3)
     assert_close(got, cfg.ref_backward_weights(t["src"], t["diff_dst"]), "f32", cfg.bwd_weights_reduction)
+
+
+#: problems on which oneDNN 3.2's bf16 backward-weights kernels returned wrong weights
+#: (uninitialized memory, zeros), found by a random scan (lowerings.backward_weights_needs_f32)
+LIBRARY_BF16_WRONG = [
+    # the first: found by test_fuzz (CI, hypothesis); group 0's taps came out 0 or garbage
+    Config(src=(2, 1, 1), kernel=(2, 1, 1), n=1, ic=2, oc=2, groups=2, pads_begin=(1, 0, 0), pads_end=(1, 0, 0),
+           data_format="NXC", weights_format="IOX"),
+    Config(src=(3, 2, 5), kernel=(3, 2, 2), n=2, ic=2, oc=1, pads_begin=(2, 1, 0), pads_end=(1, 0, 0),
+           data_format="NXC", weights_format="XOI"),
+    Config(src=(2, 1), kernel=(1, 3), n=1, ic=2, oc=16, strides=(1, 2), pads_begin=(1, 0), pads_end=(0, 2),
+           data_format="NXC", weights_format="XOI"),
+    Config(src=(2, 1, 2), kernel=(2, 3, 1), n=1, ic=32, oc=32, pads_begin=(1, 0, 0), pads_end=(1, 0, 0),
+           data_format="NXC", weights_format="XOI"),
+    Config(src=(3, 1), kernel=(2, 3), n=2, ic=3, oc=3, groups=3, strides=(1, 2), dilations=(2, 1),
+           pads_begin=(0, 2), data_format="NCX", weights_format="IOX"),
+]
+
+
+@pytest.mark.parametrize("cfg", LIBRARY_BF16_WRONG, ids=str)
+def test_bf16_where_the_library_is_wrong_is_computed_in_f32(cfg):
+    """Every such problem has a spatial dim of src no longer than the dilated kernel: bf16
+    runs in f32 there (even with strict=True, as a native kernel exists) and matches the
+    reference on repeated calls (the library's wrong results varied from run to run)."""
+    assert lowerings.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations)
+    t = cfg.tensors(np.random.default_rng(0), "bf16")
+    ref = cfg.ref_backward_weights(t["src"].astype(np.float64), t["diff_dst"].astype(np.float64))
+    for strict in (False, True):
+        op = make_op(cfg, strict=strict)
+        for _ in range(3):
+            got = op(t["src"], t["diff_dst"])
+            assert got.dtype == t["src"].dtype
+            assert_close(got, ref, "bf16", cfg.bwd_weights_reduction, str(cfg))
+        assert op.lowering.endswith("(f32 emulation)")
+
+
+def test_bf16_with_src_longer_than_the_kernel_stays_native():
+    """The rule is narrow: src longer than the dilated kernel in every dim runs the library's
+    bf16 kernel where the CPU has one."""
+    cfg = Config(src=(6, 5), kernel=(3, 2), n=2, ic=4, oc=6, groups=2, strides=2, pads_begin=1,
+                 data_format="NXC", weights_format="XOI")
+    assert not lowerings.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations)
+    t = cfg.tensors(np.random.default_rng(1), "bf16")
+    op = make_op(cfg)
+    got = op(t["src"], t["diff_dst"])
+    ref = cfg.ref_backward_weights(t["src"].astype(np.float64), t["diff_dst"].astype(np.float64))
+    assert_close(got, ref, "bf16", cfg.bwd_weights_reduction, str(cfg))
+    native = ops.native_support(op.last_plan.lowering.kind, "bf16")
+    assert op.lowering.endswith("(f32 emulation)") == (not native)

@@ -49,6 +49,9 @@ class Lowering:
         weights_arg: position, among the library's inputs, of the weights (or of the array
             made from the weights alone); None for an op without a weights input. Ops with
             constant weights mark that input constant (:mod:`onednn_convt.constant_weights`).
+        f32_only: compute bf16/f16 in f32 even where the CPU has native kernels, because
+            the library's are wrong on this problem
+            (:func:`onednn_convt.lowerings.backward_weights_needs_f32`).
     """
 
     kind: str
@@ -60,6 +63,7 @@ class Lowering:
     library_shape: tuple[int, ...] = ()
     prepared_elems: int = 0
     weights_arg: Optional[int] = None
+    f32_only: bool = False
 
     def library_args(self, arrays: Sequence[Any], emulated: bool) -> list[np.ndarray]:
         """The arrays handed to the library (emulated: f32 copies of the inputs first)."""
@@ -283,9 +287,10 @@ class _Op:
         if out is not None:
             self._check_out(arrays, out, lowering.out_shape, dtype)
         key = (lowering.kind, code)
-        limits.check_plan(self.op_name, lowering, arrays, out, dtype, emulated=_NATIVE.get(key) is False)
+        native = _NATIVE.get(key) is not False and not (lowering.f32_only and code != "f32")
+        limits.check_plan(self.op_name, lowering, arrays, out, dtype, emulated=not native)
         constant = self._constant_weights
-        if _NATIVE.get(key) is not False:
+        if native:
             try:
                 plan = self._compile(lowering, arrays, out, dtype, code, emulated=False, constant_weights=constant)
             except UnsupportedError:
@@ -295,7 +300,7 @@ class _Op:
             else:
                 _NATIVE[key] = True
                 return plan
-        if self.strict:
+        if self.strict and not lowering.f32_only:
             msg = (
                 f"{self.op_name}: oneDNN has no {code} kernel for this op on this CPU "
                 "(strict=True; with strict=False it is computed in f32 and rounded)"
@@ -750,14 +755,15 @@ class ConvTransposeBackwardWeights(_Op):
         geometry = self._geometry(len(xs), kernel)
         self._check_forward_extent(xs, ys, kernel, geometry, "src", "diff_dst")
         kind = lowerings.backward_weights_kind(len(xs), a["data_format"])
+        f32_only = lowerings.backward_weights_needs_f32(xs, kernel, geometry[1])
         if kind == lowerings.CONVOLUTION_BACKWARD_WEIGHTS:
             # the convolution from diff_dst to src (D9) has the same weights memory: OIX/XIO
             attrs = self._library_attrs(geometry, "OIX" if a["weights_format"] == "IOX" else "XIO")
             attrs["weights_shape"] = list(wshape)
-            return Lowering(kind, attrs, (1, 0), wshape)
+            return Lowering(kind, attrs, (1, 0), wshape, f32_only=f32_only)
         attrs = self._library_attrs(geometry)
         attrs["weights_shape"] = list(wshape)
-        return Lowering(kind, attrs, (0, 1), wshape)
+        return Lowering(kind, attrs, (0, 1), wshape, f32_only=f32_only)
 
 
 def native_support(kind: str, code: str) -> Optional[bool]:
