@@ -134,6 +134,7 @@ LIBRARY_BF16_WRONG = [
            data_format="NXC", weights_format="XOI"),
     Config(src=(3, 1), kernel=(2, 3), n=2, ic=3, oc=3, groups=3, strides=(1, 2), dilations=(2, 1),
            pads_begin=(0, 2), data_format="NCX", weights_format="IOX"),
+    Config(src=(1,), kernel=(3,), n=2, ic=2, oc=16, strides=2, pads_end=2, data_format="NXC", weights_format="XOI"),
 ]
 
 
