@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import onednn_convt as oc
+from onednn_convt import lowerings
 import pytest
 from helpers import CASE_IDS, CASES, DTYPES, OPS, Config, assert_close, seeded_configs
 
@@ -48,7 +49,11 @@ def test_matches_reference_from_rounded_inputs(op, code, cfg):
     t = cfg.tensors(np.random.default_rng(61), code)
     got, obj, ref, reduction = run(op, cfg, t)
     assert got.dtype == DTYPES[code]
-    emulated = SUPPORT[op][code] == "emulated"
+    # also emulated: bf16/f16 BackwardWeights where the library's kernels are wrong
+    emulated = SUPPORT[op][code] == "emulated" or (
+        op == "ConvTransposeBackwardWeights" and code != "f32"
+        and lowerings.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations)
+    )
     assert obj.last_plan.emulated is emulated
     assert ("(f32 emulation)" in obj.lowering) is emulated
     assert_close(got, ref, code, reduction, f"{op} {code} {cfg}")
