@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import onednn_convt as oc
-from onednn_convt import lowerings
 import pytest
 from helpers import CASE_IDS, CASES, DTYPES, OPS, Config, assert_close, seeded_configs
+from onednn_convt import lowerings
 
 CODES = list(DTYPES)
 SUPPORT = oc.info()["dtypes"]
