@@ -467,6 +467,16 @@ class _Op:
         raise NotImplementedError
 
 
+class _WeightsOp(_Op):
+    """The ops with a weights input (ConvTranspose, ConvTransposeBackwardData)."""
+
+    def with_constant_weights(self, weights: ArrayLike) -> ConstantWeights:
+        """This op with ``weights`` bound and marked constant: the library reorders them on
+        the first call only (:mod:`onednn_convt.constant_weights`). ``weights`` is copied.
+        """
+        return ConstantWeights(self, weights)
+
+
 _ATTR_DOC = """
     Attributes (keyword-only; library names and spellings, spec.md D1-D6):
         strides, pads_begin, pads_end, dilations: one int (every spatial dim) or one per
@@ -482,7 +492,7 @@ _ATTR_DOC = """
 """
 
 
-class ConvTranspose(_Op):
+class ConvTranspose(_WeightsOp):
     __doc__ = (
         """Transposed convolution: dst = ConvTranspose(src, weights) [+ bias].
 
@@ -524,12 +534,6 @@ class ConvTranspose(_Op):
             dst, (N, OC, X...) or (N, X..., OC), in the inputs' dtype.
         """
         return self._call((src, weights, bias), out)
-
-    def with_constant_weights(self, weights: ArrayLike) -> ConstantWeights:
-        """This op with ``weights`` bound and marked constant: the library reorders them on
-        the first call only (:mod:`onednn_convt.constant_weights`). ``weights`` is copied.
-        """
-        return ConstantWeights(self, weights)
 
     def _lower(self, arrays: Sequence[Any]) -> Lowering:
         src, w, bias = arrays
@@ -581,7 +585,7 @@ class ConvTranspose(_Op):
         return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1)
 
 
-class ConvTransposeBackwardData(_Op):
+class ConvTransposeBackwardData(_WeightsOp):
     __doc__ = (
         """Gradient of ConvTranspose with respect to src: diff_src from diff_dst and weights.
 
@@ -624,12 +628,6 @@ class ConvTransposeBackwardData(_Op):
             diff_src, (N, IC, X...) or (N, X..., IC).
         """
         return self._call((diff_dst, weights), out)
-
-    def with_constant_weights(self, weights: ArrayLike) -> ConstantWeights:
-        """This op with ``weights`` bound and marked constant: the library reorders them on
-        the first call only (:mod:`onednn_convt.constant_weights`). ``weights`` is copied.
-        """
-        return ConstantWeights(self, weights)
 
     def _lower(self, arrays: Sequence[Any]) -> Lowering:
         dd, w = arrays
