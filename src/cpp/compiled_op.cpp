@@ -175,12 +175,53 @@ void check_arguments(const OpSpec &s) {
 constexpr size_t kLockStripes = 64;
 std::mutex execution_locks[kLockStripes];
 
+// oneDNN 3.2 keeps each kernel's per-thread run state in a thread-local table
+// (thread_local_cache_t<execution_args_set_t>). When a thread exits, that table's destructor
+// takes a live entry outside the table's lock and then erases it under the lock; a kernel
+// destroyed in between (its destructor drops its entries in every thread) leaves it erasing
+// past the end of an empty vector: a segfault or heap corruption in whichever thread comes
+// next (seen in CI; tests/test_threads.py reproduces it without this lock). So a kernel is
+// never destroyed while a thread that ran kernels is exiting: ~CompiledOp frees the compiled
+// partition holding teardown_mutex, and every thread holds it while its table is destroyed.
+// Thread-local objects die in reverse order of construction: TeardownUnlock, made before a
+// thread's first compile or run, dies after the library's table; TeardownLock, made after
+// the thread's first run, dies before it.
+std::mutex &teardown_mutex() {
+    static auto *m = new std::mutex;  // never destroyed: threads may exit after static teardown
+    return *m;
+}
+
+struct TeardownUnlock {
+    bool held = false;
+    ~TeardownUnlock() {
+        if (held) teardown_mutex().unlock();
+    }
+};
+
+TeardownUnlock &teardown_unlock() {
+    thread_local TeardownUnlock unlock;
+    return unlock;
+}
+
+struct TeardownLock {
+    ~TeardownLock() {
+        teardown_mutex().lock();
+        teardown_unlock().held = true;
+    }
+};
+
+void arm_teardown_lock() {
+    thread_local TeardownLock lock;
+    (void)lock;
+}
+
 // A fork while another thread holds a lock would leave it locked forever in the child,
 // where that thread does not exist: the child starts with fresh locks.
-void reset_execution_locks() {
+void reset_locks() {
     for (auto &m : execution_locks) new (&m) std::mutex;
+    new (&teardown_mutex()) std::mutex;
 }
-[[maybe_unused]] const int atfork_registered = pthread_atfork(nullptr, nullptr, reset_execution_locks);
+[[maybe_unused]] const int atfork_registered = pthread_atfork(nullptr, nullptr, reset_locks);
 
 lt make_lt(const std::string &kind, size_t id, const TensorDesc &t, bool constant) {
     const auto property = constant ? lt::property_type::constant : lt::property_type::undef;
@@ -220,6 +261,7 @@ std::string OpSpec::key() const {
 }
 
 CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
+    teardown_unlock();  // before anything of the library's in this thread (see teardown_mutex)
     const std::string &k = spec_.kind;
     check_arguments(spec_);
     for (size_t c : spec_.constant_inputs)
@@ -257,7 +299,13 @@ dnnl::stream &thread_stream() {
     return stream;
 }
 
+CompiledOp::~CompiledOp() {
+    std::lock_guard<std::mutex> lock(teardown_mutex());
+    compiled_ = dg::compiled_partition();
+}
+
 void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const {
+    teardown_unlock();
     dnnl::stream &stream = thread_stream();
     std::vector<dg::tensor> in;
     in.reserve(inputs.size());
@@ -266,8 +314,14 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
     std::vector<dg::tensor> out{dg::tensor(output_lt_, cpu_engine(), output)};
     std::unique_lock<std::mutex> lock;
     if (serialized_) lock = std::unique_lock<std::mutex>(execution_locks[key_hash_ % kLockStripes]);
-    compiled_.execute(stream, in, out);
-    stream.wait();
+    try {
+        compiled_.execute(stream, in, out);
+        stream.wait();
+    } catch (...) {
+        arm_teardown_lock();
+        throw;
+    }
+    arm_teardown_lock();  // after the run that made the library's thread-local table
 }
 
 }  // namespace onednn_convt

@@ -45,6 +45,7 @@ struct OpSpec {
 class CompiledOp {
 public:
     explicit CompiledOp(OpSpec spec);  // builds the graph and compiles; throws on failure
+    ~CompiledOp();  // frees the compiled partition under the kernel teardown lock
 
     const OpSpec &spec() const { return spec_; }
 
