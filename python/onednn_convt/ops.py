@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _core, dtypes, limits, lowerings, matmul_lowering, schema, shapes
+from . import _core, dtypes, limits, lowerings, matmul_backward_weights, matmul_lowering, schema, shapes
 from .constant_weights import ConstantWeights
 from .errors import UnsupportedError
 from .schema import IntList
@@ -36,13 +36,15 @@ class Lowering:
         kind: library op kind that runs (``"Convolution"`` or ``"ConvTransposeBackwardData"``
             for BackwardData, spec D9 and :mod:`onednn_convt.lowerings`; ``"MatMul"`` for
             large 1-D kernels, forward and BackwardData, see
-            :mod:`onednn_convt.matmul_lowering`).
+            :mod:`onednn_convt.matmul_lowering`, and for bf16/f16 BackwardWeights where the
+            library's kernels are wrong, :mod:`onednn_convt.matmul_backward_weights`).
         attrs: library attributes, fully resolved (explicit pads, auto_pad ``"None"``).
         inputs: indices of the call's inputs passed to the library, in its order.
         out_shape: shape of the result.
         prepare: optional; turns those inputs into the library's inputs (views or copies).
         finish: optional; turns the library's output (of ``library_shape``) and the call's
-            inputs into the result, in f32.
+            inputs into the result, in f32 (rounded afterwards) or, when it only reshapes
+            the library's output, in the call's dtype.
         library_shape: shape of the library's output when ``finish`` is set.
         prepared_elems: elements ``prepare`` allocates (copies it makes; the memory estimate
             counts them in the compute dtype).
@@ -116,6 +118,11 @@ class _Plan:
         self.compiled.execute(args, result)
         if low.finish is not None:
             result = low.finish(result, arrays)
+        if result.dtype == self.dtype:  # a finish that only reshaped the library's result
+            if out is not None:
+                np.copyto(out, result)
+                result = out
+            return self._guarded(result, arrays, out)
         return self._guarded(dtypes.round_f32(result, self.dtype, out), arrays, out)
 
     def _guarded(self, result: np.ndarray, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
@@ -758,10 +765,24 @@ class ConvTransposeBackwardWeights(_Op):
             # the convolution from diff_dst to src (D9) has the same weights memory: OIX/XIO
             attrs = self._library_attrs(geometry, "OIX" if a["weights_format"] == "IOX" else "XIO")
             attrs["weights_shape"] = list(wshape)
-            return Lowering(kind, attrs, (1, 0), wshape, f32_only=f32_only)
-        attrs = self._library_attrs(geometry)
-        attrs["weights_shape"] = list(wshape)
-        return Lowering(kind, attrs, (0, 1), wshape, f32_only=f32_only)
+            library = Lowering(kind, attrs, (1, 0), wshape, f32_only=f32_only)
+        else:
+            attrs = self._library_attrs(geometry)
+            attrs["weights_shape"] = list(wshape)
+            library = Lowering(kind, attrs, (0, 1), wshape, f32_only=f32_only)
+        if not (f32_only and dtypes.code_of(src.dtype) in ("bf16", "f16")
+                and matmul_backward_weights.applies(src.shape, dd.shape, kernel, a["groups"], a["data_format"])):
+            return library
+
+        def exact(arrays: Sequence[Any]) -> np.ndarray:
+            """The call computed by the library's f32 kernel, in f32."""
+            f32 = [dtypes.to_f32(x) for x in arrays[:2]]
+            return _Op._compile(library, f32, None, np.dtype(np.float32), "f32", emulated=False).run(f32, None)
+
+        parts = matmul_backward_weights.backward_weights(
+            src.shape, dd.shape, wshape, kernel, geometry, a["data_format"], a["weights_format"], exact
+        )
+        return Lowering("MatMul", inputs=(0, 1), out_shape=wshape, **parts)
 
 
 def native_support(kind: str, code: str) -> Optional[bool]:

@@ -1,0 +1,122 @@
+"""ConvTransposeBackwardWeights as one MatMul over frames of diff_dst, in bf16 and f16.
+
+oneDNN 3.2's bf16 backward-weights kernels return wrong weights when a spatial dim of src is
+no longer than the dilated kernel (:func:`onednn_convt.lowerings.backward_weights_needs_f32`),
+so such calls cannot use them. Computing them in f32 is right but slow on large problems
+(the DCGAN 4x4 -> 8x8 layer: 0.84x PyTorch's bf16 time). The same gradient is a matrix
+product in the call's own dtype, which the library's bf16 MatMul computes correctly:
+
+    frames[n, x, oc, t] = diff_dst[n, oc, x*s - pads_begin + t*d]   (0 outside diff_dst),
+                          per spatial dim, for src position x and kernel tap t
+    IOX: dW (IC, OC*K) = src (IC, N*X) @ frames (N*X, OC*K)
+    XOI: dW (K*OC, IC) = frames (K*OC, N*X) @ src (N*X, IC)
+
+Both results are the weights' memory as laid out (no finishing copy). A tap that falls in
+the padding is a zero in the frames; with an Inf or NaN in src, 0 * Inf would turn it into a
+NaN where the op has no term at all, so such calls are redone by the library's f32 kernel.
+
+The rule (documented in the README): bf16 or f16, groups 1, the library's bf16 kernel ruled
+out by the condition above, at least :data:`MIN_MACS` multiply-adds (below that the f32 path
+costs a few microseconds and this one's NumPy framing more), frames at most
+:data:`MAX_FRAMES_RATIO` times diff_dst.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import dtypes
+
+#: the smallest problem (multiply-adds) that takes this lowering
+MIN_MACS = 1 << 22
+
+#: the largest frames / diff_dst element ratio (about kernel / stride per spatial dim)
+MAX_FRAMES_RATIO = 16
+
+
+def _split(shape: Sequence[int], ncx: bool) -> tuple[int, int, tuple[int, ...]]:
+    """(N, C, spatial dims) of an activation shape."""
+    return (shape[0], shape[1], tuple(shape[2:])) if ncx else (shape[0], shape[-1], tuple(shape[1:-1]))
+
+
+def applies(
+    src_shape: Sequence[int], dd_shape: Sequence[int], kernel: Sequence[int], groups: int, data_format: str,
+) -> bool:
+    """Whether a bf16/f16 BackwardWeights call that the library's low-precision kernels get
+    wrong runs as this MatMul (the caller checks that condition and the dtype)."""
+    ncx = data_format == "NCX"
+    n, ic, xs = _split(src_shape, ncx)
+    _, oc, _ = _split(dd_shape, ncx)
+    frames = n * math.prod(xs) * oc * math.prod(kernel)
+    return groups == 1 and frames * ic >= MIN_MACS and frames <= MAX_FRAMES_RATIO * math.prod(dd_shape)
+
+
+def backward_weights(
+    src_shape: Sequence[int], dd_shape: Sequence[int], weights_shape: Sequence[int], kernel: Sequence[int],
+    geometry: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int]],
+    data_format: str, weights_format: str, exact: Callable[[Sequence[Any]], np.ndarray],
+) -> dict[str, Any]:
+    """The pieces of a :class:`onednn_convt.ops.Lowering` for one BackwardWeights call.
+
+    Args:
+        geometry: (strides, dilations, pads_begin, pads_end) per spatial dim, resolved.
+        exact: computes the call's result in f32 by the library's kernel (for non-finite src).
+
+    Returns:
+        keyword arguments ``attrs``, ``prepare``, ``finish``, ``library_shape``,
+        ``prepared_elems``.
+    """
+    strides, dilations, pads_begin, _ = geometry
+    ncx, iox = data_format == "NCX", weights_format == "IOX"
+    n, ic, xs = _split(src_shape, ncx)
+    _, oc, ys = _split(dd_shape, ncx)
+    p, k = math.prod(xs), math.prod(kernel)
+    # diff_dst with pads_begin zeros before it and enough after it for the last frame
+    padded = tuple(
+        max(pb + y, (x - 1) * s + (t - 1) * d + 1)
+        for x, y, t, s, d, pb in zip(xs, ys, kernel, strides, dilations, pads_begin)
+    )
+    inner = tuple(slice(pb, pb + y) for pb, y in zip(pads_begin, ys))
+    rank = len(xs)
+
+    def frames_of(dd: np.ndarray) -> np.ndarray:
+        """(N, X..., K..., OC), a read-only view of a zero-padded (N, Y'..., OC) copy."""
+        full = np.zeros((n, *padded, oc), dd.dtype)
+        full[(slice(None), *inner, slice(None))] = np.moveaxis(dd, 1, -1) if ncx else dd
+        st = full.strides
+        view_strides = (
+            st[0], *(s * st[1 + i] for i, s in enumerate(strides)),
+            *(d * st[1 + i] for i, d in enumerate(dilations)), st[-1],
+        )
+        return np.lib.stride_tricks.as_strided(full, (n, *xs, *kernel, oc), view_strides, writeable=False)
+
+    def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
+        dtype = args[0].dtype
+        # 2-byte floats move as uint16 (NumPy copies ml_dtypes' bfloat16 about 25% slower)
+        src, dd = (a.view(np.uint16) for a in args) if dtype.itemsize == 2 else args
+        frames = frames_of(dd)
+        spatial = tuple(range(1, 1 + rank))  # the X axes of frames; taps follow them
+        taps = tuple(range(1 + rank, 1 + 2 * rank))
+        if iox:  # src (IC, N*X) @ frames (N*X, OC*K)
+            rows = np.ascontiguousarray(np.moveaxis(src, 1 if ncx else -1, 0)).reshape(ic, n * p)
+            cols = np.ascontiguousarray(frames.transpose(0, *spatial, 1 + 2 * rank, *taps)).reshape(n * p, oc * k)
+        else:  # frames (K*OC, N*X) @ src (N*X, IC)
+            rows = np.ascontiguousarray(frames.transpose(*taps, 1 + 2 * rank, 0, *spatial)).reshape(k * oc, n * p)
+            cols = np.ascontiguousarray(np.moveaxis(src, 1, -1) if ncx else src).reshape(n * p, ic)
+        return [rows.view(dtype), cols.view(dtype)]
+
+    def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
+        if not dtypes.all_finite(np.ascontiguousarray(arrays[0])):
+            return exact(arrays)  # padding taps would meet the Inf/NaN as 0 * Inf = NaN
+        return out.reshape(weights_shape)  # already the weights' layout, in the call's dtype
+
+    return {
+        "attrs": {},
+        "prepare": prepare,
+        "finish": finish,
+        "library_shape": (ic, oc * k) if iox else (k * oc, ic),
+        "prepared_elems": n * math.prod(padded) * oc + n * p * oc * k + n * p * ic,  # padded, frames, src
+    }
