@@ -325,4 +325,3 @@ def test_kernels_destroyed_while_threads_that_ran_them_exit():
     proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script], capture_output=True, text=True,
                           timeout=300, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "done", (proc.returncode, proc.stderr[-2000:])
-
