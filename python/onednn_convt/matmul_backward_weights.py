@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, shapes
 
 #: the smallest problem (multiply-adds) that takes this lowering
 MIN_MACS = 1 << 22
@@ -37,19 +37,13 @@ MIN_MACS = 1 << 22
 MAX_FRAMES_RATIO = 16
 
 
-def _split(shape: Sequence[int], ncx: bool) -> tuple[int, int, tuple[int, ...]]:
-    """(N, C, spatial dims) of an activation shape."""
-    return (shape[0], shape[1], tuple(shape[2:])) if ncx else (shape[0], shape[-1], tuple(shape[1:-1]))
-
-
 def applies(
     src_shape: Sequence[int], dd_shape: Sequence[int], kernel: Sequence[int], groups: int, data_format: str,
 ) -> bool:
     """Whether a bf16/f16 BackwardWeights call that the library's low-precision kernels get
     wrong runs as this MatMul (the caller checks that condition and the dtype)."""
-    ncx = data_format == "NCX"
-    n, ic, xs = _split(src_shape, ncx)
-    _, oc, _ = _split(dd_shape, ncx)
+    n, ic, xs = shapes.split_activation(src_shape, data_format)
+    _, oc, _ = shapes.split_activation(dd_shape, data_format)
     frames = n * math.prod(xs) * oc * math.prod(kernel)
     return groups == 1 and frames * ic >= MIN_MACS and frames <= MAX_FRAMES_RATIO * math.prod(dd_shape)
 
@@ -71,8 +65,8 @@ def backward_weights(
     """
     strides, dilations, pads_begin, _ = geometry
     ncx, iox = data_format == "NCX", weights_format == "IOX"
-    n, ic, xs = _split(src_shape, ncx)
-    _, oc, ys = _split(dd_shape, ncx)
+    n, ic, xs = shapes.split_activation(src_shape, data_format)
+    _, oc, ys = shapes.split_activation(dd_shape, data_format)
     p, k = math.prod(xs), math.prod(kernel)
     # diff_dst with pads_begin zeros before it and enough after it for the last frame
     padded = tuple(
