@@ -61,6 +61,7 @@ dg::op::attr to_attr(const std::string &kind, const std::string &name) {
             {"weights_format", dg::op::attr::weights_format},
             {"output_padding", dg::op::attr::output_padding},
             {"weights_shape", dg::op::attr::weights_shape},
+            {"dst_shape", dg::op::attr::dst_shape},
     };
     auto it = attrs.find(name);
     if (it == attrs.end()) invalid(kind, "unknown attribute '" + name + "'");
@@ -114,9 +115,10 @@ void check_arguments(const OpSpec &s) {
     }
     for (auto d : s.output.shape)
         if (d < 1 || d > kMaxValue) invalid(k, "every dimension must be in [1, 2^31)");
-    if (const Dims *ws = find_dims(s.attrs, "weights_shape"))
-        for (auto x : *ws)
-            if (x < 0 || x > kMaxValue) invalid(k, "attribute weights_shape out of range");
+    for (const char *name : {"weights_shape", "dst_shape"})
+        if (const Dims *shape = find_dims(s.attrs, name))
+            for (auto x : *shape)
+                if (x < 0 || x > kMaxValue) invalid(k, std::string("attribute ") + name + " out of range");
     const char *lists[] = {"strides", "dilations", "pads_begin", "pads_end"};
     for (const char *name : lists) {
         const Dims *v = find_dims(s.attrs, name);
