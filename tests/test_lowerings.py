@@ -15,6 +15,7 @@ from onednn_convt import lowerings
 
 FWD, BWD_D, BWD_W = OPS
 CONV, CONV_BWD_W = lowerings.CONVOLUTION, lowerings.CONVOLUTION_BACKWARD_WEIGHTS
+CONV_BWD_D = lowerings.CONVOLUTION_BACKWARD_DATA
 CONV_T, CONV_T_BWD_D, CONV_T_BWD_W = (
     lowerings.CONV_TRANSPOSE, lowerings.CONV_TRANSPOSE_BACKWARD_DATA, lowerings.CONV_TRANSPOSE_BACKWARD_WEIGHTS,
 )
@@ -40,13 +41,23 @@ def test_backward_weights_rule():
 
 def test_forward_rule():
     k, s1, d1, p1 = (3, 3), (1, 1), (1, 1), (1, 1)
-    assert lowerings.forward_kind(k, s1, d1, p1, p1, 8, 8, 8, "NXC") == CONV  # depthwise, stride 1
-    assert lowerings.forward_kind(k, s1, d1, p1, p1, 8, 8, 8, "NCX") == CONV_T
-    assert lowerings.forward_kind(k, (1, 2), d1, p1, p1, 8, 8, 8, "NXC") == CONV_T  # a stride
-    assert lowerings.forward_kind(k, s1, d1, p1, p1, 4, 8, 8, "NXC") == CONV_T  # 2 channels per group
-    assert lowerings.forward_kind(k, s1, d1, p1, p1, 8, 8, 16, "NXC") == CONV_T  # channel multiplier
-    assert lowerings.forward_kind(k, s1, d1, (3, 1), p1, 8, 8, 8, "NXC") == CONV_T  # crops past the kernel
-    assert lowerings.forward_kind(k, s1, (2, 2), (3, 1), p1, 8, 8, 8, "NXC") == CONV  # ... not when dilated
+
+    def kind(*args: object, bias: bool = False) -> str:
+        return lowerings.forward_kind(*args, bias=bias)  # type: ignore[arg-type]
+
+    assert kind(k, s1, d1, p1, p1, 8, 8, 8, "NXC") == CONV  # depthwise, stride 1
+    assert kind(k, s1, d1, p1, p1, 8, 8, 8, "NXC", bias=True) == CONV
+    assert kind(k, s1, d1, p1, p1, 8, 8, 8, "NCX") == CONV_T
+    assert kind(k, (1, 2), d1, p1, p1, 8, 8, 8, "NXC") == CONV_T  # a stride
+    assert kind(k, s1, d1, p1, p1, 4, 8, 8, "NXC") == CONV_T  # 2 channels per group
+    assert kind(k, s1, d1, p1, p1, 8, 8, 16, "NXC") == CONV_T  # channel multiplier
+    assert kind(k, s1, d1, (3, 1), p1, 8, 8, 8, "NXC") == CONV_T  # crops past the kernel
+    assert kind(k, s1, (2, 2), (3, 1), p1, 8, 8, 8, "NXC") == CONV  # ... not when dilated
+    # groups 1 and no bias: the convolution's backward data, in every format and geometry
+    for fmt in ("NCX", "NXC"):
+        assert kind(k, (2, 2), (1, 2), p1, (0, 1), 1, 4, 3, fmt) == CONV_BWD_D
+        assert kind(k, s1, d1, p1, p1, 1, 1, 1, fmt) == (CONV if fmt == "NXC" else CONV_BWD_D)  # one channel
+        assert kind(k, (2, 2), d1, p1, p1, 1, 4, 3, fmt, bias=True) == CONV_T
 
 
 @pytest.mark.parametrize("weights_format", ["IOX", "XOI"])
@@ -117,6 +128,22 @@ RULED = [
             data_format="NXC", weights_format="XOI"), FWD, CONV),
     (Config(src=(6, 5), kernel=(3, 3), pads_begin=(3, 0), ic=4, oc=4, groups=4, data_format="NXC",
             weights_format="XOI"), FWD, CONV_T),  # crops more than the kernel: ConvTranspose
+    # ConvTranspose, groups 1 without bias: ConvolutionBackwardData on the same weights memory
+    (Config(src=(5, 4), kernel=(3, 2), strides=(2, 3), pads_begin=(1, 0), pads_end=(0, 1), output_padding=(1, 2)),
+     FWD, CONV_BWD_D),
+    (Config(src=(6, 5), kernel=(3, 3), strides=2, dilations=(2, 1), pads_begin=2, output_padding=1, ic=5, oc=7,
+            data_format="NXC", weights_format="XOI"), FWD, CONV_BWD_D),
+    (Config(src=(9,), kernel=(4,), strides=3, dilations=2, auto_pad="SAME_UPPER", output_padding=2, ic=6, oc=3,
+            data_format="NXC", weights_format="IOX"), FWD, CONV_BWD_D),
+    (Config(src=(7,), kernel=(16,), strides=8, pads_begin=4, pads_end=4, ic=3, oc=5), FWD, CONV_BWD_D),
+    (Config(src=(3, 4, 2), kernel=(2, 3, 2), strides=(2, 1, 2), dilations=(1, 2, 1), pads_begin=(1, 0, 0),
+            pads_end=(0, 2, 1), ic=4, oc=6, weights_format="XOI"), FWD, CONV_BWD_D),
+    (Config(src=(5, 5), kernel=(4, 4), strides=2, auto_pad="SAME_LOWER", ic=4, oc=6, data_format="NXC",
+            weights_format="XOI"), FWD, CONV_BWD_D),
+    # ... with a bias or groups: ConvTranspose
+    (Config(src=(5, 4), kernel=(3, 2), strides=2, pads_begin=1, ic=4, oc=6, bias=True), FWD, CONV_T),
+    (Config(src=(5, 4), kernel=(3, 3), strides=2, ic=4, oc=6, groups=2, data_format="NXC", weights_format="XOI"),
+     FWD, CONV_T),
 ]
 RULED_IDS = [f"{op}-{kind}-{cfg}" for cfg, op, kind in RULED]
 

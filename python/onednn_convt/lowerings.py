@@ -4,16 +4,26 @@ Every choice below computes the same op; they differ in the kernels and reorders
 picks for them. ``python benchmarks/compare_lowerings.py fwd`` (or ``bwd_d``, ``bwd_w``) times
 both lowerings of each models-suite configuration side by side; the figures below are its:
 
-- ConvTranspose runs as the library's ``ConvTranspose`` (or as ``MatMul`` + overlap-add for
-  large 1-D kernels, :mod:`onednn_convt.matmul_lowering`), except a depthwise one (one input
-  and one output channel per group) with every stride 1 in NXC (:func:`forward_kind`): that is
+- ConvTranspose with groups 1 and no bias runs as the library's ``ConvolutionBackwardData``
+  (:func:`forward_kind`): the backward data of the convolution it transposes, on the same
+  weights memory (IOX read as OIX, XOI as XIO) with ``dst_shape`` giving the output size
+  (output_padding included). oneDNN 3.2 runs the same kernels either way (bit-identical
+  results); its ConvTranspose wraps them in a deconvolution and costs about 2 us more per
+  call (native loop on ``tiny``: 4.5 against 6.8 us). Our out= call took 0.76-0.82x the
+  ConvTranspose time on ``tiny`` (f32, bf16; NCX, NXC) and 0.73-1.13x on the models and
+  sweep suites (geometric mean 0.99 over 76 configurations, within noise). That
+  op has no bias input, and with groups oneDNN 3.2 rejects it (``invalid_shape``), so those
+  keep ``ConvTranspose``.
+- Otherwise ConvTranspose runs as the library's ``ConvTranspose`` (or as ``MatMul`` +
+  overlap-add for large 1-D kernels, :mod:`onednn_convt.matmul_lowering`), except a depthwise
+  one (one input and one output channel per group) with every stride 1 in NXC: that is
   a forward ``Convolution`` over the spatially flipped weights with pads ``d*(k-1) - pb`` and
   ``d*(k-1) - pe``, which oneDNN 3.2 runs on NXC directly where its ConvTranspose reorders to
   blocked layouts and back; measured 0.37x (f32) and 0.50x (bf16) of the ConvTranspose
   time on the models suite's depthwise layer. The flipped weights are copied each call into
   an array kept per thread and plan (small: one input and one output channel per group), so
   calls with out= allocate nothing. Dense and grouped stride-1 layers measured
-  0.6-1.4x either way, NCX depthwise 1.2-2x slower, so they keep ConvTranspose.
+  0.6-1.4x either way, NCX depthwise 1.2-2x slower, so they keep the rules above.
 - ConvTransposeBackwardData runs as ``MatMul`` over frames of diff_dst for large 1-D kernels
   (:mod:`onednn_convt.matmul_lowering`); otherwise as the library's forward ``Convolution`` over the same
   weights memory (IOX read as OIX, XOI as XIO; spec D9), which handles dilations, except
@@ -47,6 +57,7 @@ CONV_TRANSPOSE = "ConvTranspose"
 CONV_TRANSPOSE_BACKWARD_DATA = "ConvTransposeBackwardData"
 CONV_TRANSPOSE_BACKWARD_WEIGHTS = "ConvTransposeBackwardWeights"
 CONVOLUTION_BACKWARD_WEIGHTS = "ConvolutionBackwardWeights"
+CONVOLUTION_BACKWARD_DATA = "ConvolutionBackwardData"
 
 
 def convolution_pads(
@@ -60,7 +71,7 @@ def convolution_pads(
 
 def forward_kind(
     kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], pads_begin: Sequence[int],
-    pads_end: Sequence[int], groups: int, ic: int, oc: int, data_format: str,
+    pads_end: Sequence[int], groups: int, ic: int, oc: int, data_format: str, *, bias: bool,
 ) -> str:
     """The library op kind that runs a ConvTranspose call (outside the MatMul lowering)."""
     depthwise = ic == groups and oc == groups
@@ -68,6 +79,8 @@ def forward_kind(
         begin, end = convolution_pads(kernel, dilations, pads_begin, pads_end)
         if min(begin + end) >= 0:
             return CONVOLUTION
+    if groups == 1 and not bias:
+        return CONVOLUTION_BACKWARD_DATA
     return CONV_TRANSPOSE
 
 

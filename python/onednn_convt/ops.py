@@ -33,8 +33,10 @@ class Lowering:
     """How one call maps onto a library op.
 
     Attributes:
-        kind: library op kind that runs (``"Convolution"`` or ``"ConvTransposeBackwardData"``
-            for BackwardData, spec D9 and :mod:`onednn_convt.lowerings`; ``"MatMul"`` for
+        kind: library op kind that runs (``"ConvolutionBackwardData"``, ``"Convolution"`` or
+            ``"ConvTranspose"`` for the forward; ``"Convolution"`` or
+            ``"ConvTransposeBackwardData"`` for BackwardData, spec D9; see
+            :mod:`onednn_convt.lowerings`; ``"MatMul"`` for
             large 1-D kernels, forward and BackwardData, see
             :mod:`onednn_convt.matmul_lowering`, and for bf16/f16 BackwardWeights where the
             library's kernels are wrong, :mod:`onednn_convt.matmul_backward_weights`).
@@ -572,7 +574,8 @@ class ConvTranspose(_WeightsOp):
             )
             return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
         inputs = (0, 1) if bias is None else (0, 1, 2)
-        if lowerings.forward_kind(kernel, *geometry, g, ic, o * g, a["data_format"]) == lowerings.CONVOLUTION:
+        kind = lowerings.forward_kind(kernel, *geometry, g, ic, o * g, a["data_format"], bias=bias is not None)
+        if kind == lowerings.CONVOLUTION:
             # depthwise, stride 1, NXC: a Convolution over flipped weights (stride 1: no output_padding)
             conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
             attrs = self._library_attrs(geometry, conv_format)
@@ -587,6 +590,11 @@ class ConvTranspose(_WeightsOp):
             return Lowering(
                 "Convolution", attrs, inputs, out_shape, prepare=flip_weights, prepared_elems=w.size, weights_arg=1
             )
+        if kind == lowerings.CONVOLUTION_BACKWARD_DATA:
+            # the backward-data of the convolution this op transposes, on the same weights memory
+            attrs = self._library_attrs(geometry, "OIX" if a["weights_format"] == "IOX" else "XIO")
+            attrs["dst_shape"] = list(out_shape)
+            return Lowering(kind, attrs, inputs, out_shape, weights_arg=1)
         attrs = self._library_attrs(geometry)
         attrs["output_padding"] = list(op)
         return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1)
