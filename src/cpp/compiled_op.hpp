@@ -57,8 +57,8 @@ private:
     OpSpec spec_;
     // oneDNN 3.2's ConvTransposeBackwardWeights and ConvolutionBackwardWeights share their
     // reduction scratchpad (and the barrier in it) between concurrent runs of one compiled
-    // partition: wrong values or a thread spinning forever. Such kinds run one thread at a
-    // time per spec key.
+    // partition: wrong values or a thread spinning forever. ConvolutionBackwardData gives
+    // wrong values run concurrently too. Such kinds run one thread at a time per spec key.
     bool serialized_ = false;
     size_t key_hash_ = 0;
     dnnl::graph::compiled_partition compiled_;
