@@ -101,6 +101,25 @@ def test_backward_data_non_finite_weight_reaches_only_its_outputs(data_format, w
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-3)
 
 
+def test_f32_nxc_small_kernel_non_finite_weight_reaches_only_its_outputs():
+    """The same for the small-kernel f32 NXC/XOI MatMul (k 16, stride 8, pads 4, OC 128)."""
+    rng = np.random.default_rng(6)
+    k, s, pb, length, oc_ = 16, 8, 4, 6, 128
+    y = s * (length - 1) + k - 2 * pb
+    dd = rng.standard_normal((2, oc_, y)).astype(np.float32)
+    w = rng.standard_normal((3, oc_, k)).astype(np.float32)
+    w[0, 0, 0], w[1, 5, k - 1], w[2, 9, 3] = np.inf, -np.inf, np.nan
+    op_ = oc.ConvTransposeBackwardData(strides=s, pads_begin=pb, pads_end=pb, data_format="NXC", weights_format="XOI")
+    got = op_(dd.transpose(0, 2, 1).copy(), w.transpose(2, 1, 0).copy()).transpose(0, 2, 1)
+    assert op_.lowering == "MatMul"
+    want = _backward_data_loop(dd, w, s, pb, length)
+    for cls in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(cls(got), cls(want))
+    assert np.isfinite(want).any() and not np.isfinite(want).all()
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-3)
+
+
 def test_rule_boundaries():
     assert matmul_lowering.applies([matmul_lowering.MIN_KERNEL], 1, [1])
     assert not matmul_lowering.applies([matmul_lowering.MIN_KERNEL - 1], 1, [1])
@@ -109,10 +128,60 @@ def test_rule_boundaries():
     assert not matmul_lowering.applies([256, 1], 1, [1, 1])  # 2-D
     # BackwardData: also at most MAX_OVERLAP taps per stride (the frames' size)
     most = matmul_lowering.MAX_OVERLAP
-    assert matmul_lowering.applies_backward_data([256], 1, [1], [256 // most])
-    assert not matmul_lowering.applies_backward_data([256], 1, [1], [256 // most - 1])
-    assert not matmul_lowering.applies_backward_data([127], 1, [1], [127])
-    assert not matmul_lowering.applies_backward_data([256], 2, [1], [256])
+
+    def bwd_d(k: int, g: int, d: int, s: int, oc_: int = 1, f32: bool = False, fmt: str = "NCX",
+              wf: str = "IOX") -> bool:
+        return matmul_lowering.applies_backward_data([k], g, [d], [s], oc=oc_, f32=f32, data_format=fmt,
+                                                     weights_format=wf)
+
+    assert bwd_d(256, 1, 1, 256 // most)
+    assert not bwd_d(256, 1, 1, 256 // most - 1)
+    assert not bwd_d(127, 1, 1, 127)
+    assert not bwd_d(256, 2, 1, 256)
+    # ... and smaller kernels in f32 NXC/XOI with OC*k >= MIN_F32_REDUCTION
+    least = matmul_lowering.MIN_F32_REDUCTION
+    assert bwd_d(16, 1, 1, 8, least // 16, True, "NXC", "XOI")
+    assert not bwd_d(16, 1, 1, 8, least // 16 - 1, True, "NXC", "XOI")
+    assert not bwd_d(16, 1, 1, 8, least // 16, False, "NXC", "XOI")  # not f32
+    assert not bwd_d(16, 1, 1, 8, least // 16, True, "NCX", "XOI")
+    assert not bwd_d(16, 1, 1, 8, least // 16, True, "NXC", "IOX")
+    assert not bwd_d(16, 1, 1, 1, least // 16, True, "NXC", "XOI")  # more than MAX_OVERLAP taps per stride
+    assert not bwd_d(16, 2, 1, 8, least // 16, True, "NXC", "XOI")  # grouped
+    assert not bwd_d(16, 1, 2, 8, least // 16, True, "NXC", "XOI")  # dilated
+
+
+@pytest.mark.parametrize(
+    ("k", "s", "pb", "pe", "length"),
+    # the hifigan shape's pads, no pads, a crop past the stride, k == 8 * s, every row an edge row
+    [(16, 8, 4, 4, 11), (4, 2, 0, 0, 9), (8, 4, 6, 1, 7), (8, 1, 3, 3, 6), (16, 16, 0, 0, 1)],
+)
+def test_f32_nxc_backward_data_with_small_kernels_matches_reference(k, s, pb, pe, length):
+    """The f32 NXC/XOI MatMul lowering for kernels below MIN_KERNEL (OC*k >= 2048): results,
+    out= and strided views against the reference; bf16 and NCX keep the library's op."""
+    rng = np.random.default_rng(k * s + pb)
+    n, ic, oc_ = 2, 6, -(-matmul_lowering.MIN_F32_REDUCTION // k)
+    y = s * (length - 1) + k - pb - pe
+    dd = rng.standard_normal((n, y, oc_)).astype(np.float32)
+    w = rng.standard_normal((k, oc_, ic)).astype(np.float32)
+    attrs = dict(strides=s, pads_begin=pb, pads_end=pe, data_format="NXC", weights_format="XOI")
+    ref = reference.conv_transpose_backward_data(dd, w, **attrs)
+    op_ = oc.ConvTransposeBackwardData(**attrs)
+    got = op_(dd, w)
+    assert op_.lowering == "MatMul"
+    assert got.shape == ref.shape and got.dtype == np.float32
+    assert accuracy.relative_error(got, ref) <= accuracy.tolerance("f32", oc_ * k)
+    out = np.full(ref.shape, np.nan, np.float32)
+    assert op_(dd, w, out=out) is out
+    np.testing.assert_array_equal(out, got)
+    wide = np.zeros((n, y, 2 * oc_), np.float32)
+    wide[:, :, ::2] = dd  # a strided view of the same values
+    np.testing.assert_array_equal(op_(wide[:, :, ::2], w), got)
+    for other in (oc.ConvTransposeBackwardData(**dict(attrs, data_format="NCX")),):
+        other(dd.transpose(0, 2, 1).copy(), w)
+        assert other.lowering != "MatMul"
+    bf16 = oc.ConvTransposeBackwardData(**attrs)
+    bf16(dd.astype(ml_dtypes.bfloat16), w.astype(ml_dtypes.bfloat16))
+    assert bf16.lowering != "MatMul"
 
 
 def test_inverse_stft_like_layer_bf16_and_out():

@@ -24,7 +24,9 @@ the left matrix (IC, OC*k) and the frames are laid out (OC*k, N*L); XOI weights 
 right matrix (k*OC, IC) and the frames (N, L, k*OC).
 
 The rule (documented in the README): 1 spatial dim, groups 1, dilation 1, kernel >= 128;
-for BackwardData also kernel <= 8 * stride, so that the frames stay within 8 times diff_dst.
+for BackwardData also kernel <= 8 * stride, so that the frames stay within 8 times diff_dst,
+and it also takes smaller kernels in f32 NXC/XOI calls with OC*k >= 2048, where the
+library's f32 backward data is slower than the MatMul (:func:`applies_backward_data`).
 """
 
 from __future__ import annotations
@@ -46,11 +48,28 @@ def applies(kernel: Sequence[int], groups: int, dilations: Sequence[int]) -> boo
     return len(kernel) == 1 and groups == 1 and dilations[0] == 1 and kernel[0] >= MIN_KERNEL
 
 
+#: BackwardData in f32, NXC with XOI weights: the smallest OC*k (the MatMul's reduction)
+#: for which kernels below MIN_KERNEL take the MatMul lowering too
+MIN_F32_REDUCTION = 2048
+
+
 def applies_backward_data(
-    kernel: Sequence[int], groups: int, dilations: Sequence[int], strides: Sequence[int]
+    kernel: Sequence[int], groups: int, dilations: Sequence[int], strides: Sequence[int],
+    *, oc: int, f32: bool, data_format: str, weights_format: str,
 ) -> bool:
-    """Whether a ConvTransposeBackwardData with these parameters takes the MatMul lowering."""
-    return applies(kernel, groups, dilations) and kernel[0] <= MAX_OVERLAP * strides[0]
+    """Whether a ConvTransposeBackwardData with these parameters takes the MatMul lowering.
+
+    Besides the large kernels of :func:`applies`, an f32 call in NXC with XOI weights whose
+    frames hold at least MIN_F32_REDUCTION values (OC*k): there the frames are (N, L, k*OC)
+    rows read straight into the MatMul, which ran 0.64-0.95x the library's time (f32
+    gemm-based backward data, 94-156 GFLOP/s) on 1-D layers with OC*k 2048-16384, 1.02-1.9x
+    below that; in bf16, whose library kernels run at 300+ GFLOP/s, 0.9-1.6x either way.
+    """
+    if len(kernel) != 1 or groups != 1 or dilations[0] != 1 or kernel[0] > MAX_OVERLAP * strides[0]:
+        return False
+    if kernel[0] >= MIN_KERNEL:
+        return True
+    return f32 and data_format == "NXC" and weights_format == "XOI" and oc * kernel[0] >= MIN_F32_REDUCTION
 
 
 def conv_transpose(

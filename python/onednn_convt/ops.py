@@ -663,7 +663,10 @@ class ConvTransposeBackwardData(_WeightsOp):
             raise ValueError(msg)
         self._check_forward_extent(xs, ys, kernel, geometry, "diff_src", "diff_dst")
         out_shape = shapes.join_activation(n, i, xs, a["data_format"])
-        if matmul_lowering.applies_backward_data(kernel, g, geometry[1], geometry[0]):
+        if matmul_lowering.applies_backward_data(
+            kernel, g, geometry[1], geometry[0], oc=oc, f32=dd.dtype == np.float32,
+            data_format=a["data_format"], weights_format=a["weights_format"],
+        ):
             parts = matmul_lowering.conv_transpose_backward_data(
                 dd.shape, kernel[0], geometry[0][0], geometry[2][0], xs[0], i, a["data_format"], a["weights_format"]
             )
