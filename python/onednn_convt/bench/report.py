@@ -305,7 +305,7 @@ def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
         emu = [r for r in recs if r.get("alloc_out_bytes") is not None and r not in direct]
         if emu:
             w = max(emu, key=lambda r: r["alloc_out_bytes"])
-            fig += f"; on emulated/MatMul plans max {w['alloc_out_bytes']} B ({w['key']}, f32 staging)"
+            fig += f"; on emulated/MatMul plans max {w['alloc_out_bytes']} B ({w['key']}, {w['lowering']})"
         add(6, text, fig, met)
     else:
         add(6, text, "not run", None)
