@@ -19,3 +19,13 @@ def pytest_report_header(config):  # noqa: ARG001 - pytest hook signature
         f"onednn_convt: cpu_isa={i['cpu_isa']} runtime={i['cpu_runtime']} threads={i['threads']} "
         f"dtypes={ {op: d for op, d in i['dtypes'].items()} }",
     ]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Which CPU ISA levels the ISA matrix (test_isa_matrix.py) covered in this run."""
+    from isa_scan import COVERAGE
+
+    if COVERAGE:
+        terminalreporter.section("CPU ISA levels covered")
+        for level, ran, failed in COVERAGE:
+            terminalreporter.write_line(f"{level}: {ran} random problems, {failed} failed")

@@ -156,7 +156,8 @@ def test_each_lowering_matches_the_reference(cfg, op, kind, code):
     instance = {FWD: oc.ConvTranspose(**cfg.attrs()), BWD_D: oc.ConvTransposeBackwardData(**cfg.attrs(op)),
                 BWD_W: oc.ConvTransposeBackwardWeights(weights_shape=cfg.weights_shape, **cfg.attrs(op))}[op]
     got = instance(*arrays)
-    assert instance.lowering.startswith(kind), instance.lowering
+    # unless a guard keeps the problem away from a known-bad kernel on this CPU (test_guards.py)
+    assert instance.lowering.startswith(kind) or instance.guard is not None, instance.lowering
     assert got.dtype == DTYPES[code]
     reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
     assert_close(got, reference(op, cfg, arrays), code, reduction, str(cfg))

@@ -24,7 +24,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
     raise
 
 from . import _fork  # noqa: F401 - registers the os.fork hook (OpenMP after fork)
-from . import reference
+from . import guards, reference
 from .constant_weights import ConstantWeights
 from .errors import OneDNNError, UnsupportedError
 from .functional import (

@@ -9,16 +9,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _core, dtypes
+from . import _core, dtypes, guards
 from .errors import UnsupportedError
 
-#: dnnl_cpu_isa_t values (dnnl_types.h) -> names.
-_ISA_NAMES = {
-    0x0: "default", 0x1: "sse41", 0x3: "avx", 0x7: "avx2", 0xF: "avx2_vnni",
-    0x1F: "avx2_vnni_2", 0x27: "avx512_core", 0x67: "avx512_core_vnni",
-    0xE7: "avx512_core_bf16", 0x1EF: "avx512_core_fp16", 0xFEF: "avx512_core_amx",
-    0x1FEF: "avx512_core_amx_fp16",
-}
 _RUNTIMES = {1: "sequential", 2: "OpenMP", 4: "TBB", 8: "threadpool"}
 
 
@@ -67,7 +60,9 @@ def dtype_support() -> dict[str, dict[str, str]]:
 
 
 def info() -> dict[str, Any]:
-    """oneDNN version and commit, library path, CPU runtime and ISA, threads, dtype support."""
+    """oneDNN version and commit, library path, CPU runtime, the ISA oneDNN dispatches to
+    (``ONEDNN_MAX_CPU_ISA`` honoured), threads, dtype support, the guards active on that ISA
+    (:mod:`onednn_convt.guards`) and the compile cache counters."""
     from . import LIBDNNL_PATH
 
     v = _core.version()
@@ -76,9 +71,10 @@ def info() -> dict[str, Any]:
         "onednn_commit": v["hash"],
         "libdnnl": os.path.realpath(LIBDNNL_PATH) if os.path.sep in LIBDNNL_PATH else LIBDNNL_PATH,
         "cpu_runtime": _RUNTIMES.get(v["cpu_runtime"], str(v["cpu_runtime"])),
-        "cpu_isa": _ISA_NAMES.get(_core.cpu_isa(), hex(_core.cpu_isa())),
+        "cpu_isa": guards.dispatch_isa(),
         "threads": omp_max_threads(),
         "dtypes": dtype_support(),
+        "guards": guards.report(),
         "cache": cache_info(),
     }
 

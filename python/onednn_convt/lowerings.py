@@ -46,7 +46,7 @@ both lowerings of each models-suite configuration side by side; the figures belo
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -154,3 +154,42 @@ def backward_data_kind(dilations: Sequence[int], data_format: str) -> str:
     if all(d == 1 for d in dilations) and (len(dilations) == 1 or data_format == "NCX"):
         return CONV_TRANSPOSE_BACKWARD_DATA
     return CONVOLUTION
+
+
+
+#: the most extra multiply-adds (as a factor) that a native bf16 call with zero-padded
+#: kernel taps may cost before f32 is chosen instead (guards.AMX_STRIDE_NOT_BELOW_KERNEL);
+#: AMX bf16 ran 2.9-3.8x the f32 speed on the models suite (README, Performance)
+MAX_PADDED_KERNEL_COST = 2.5
+
+
+def padded_kernel(
+    kernel: Sequence[int], strides: Sequence[int], dims: Sequence[int]
+) -> Optional[tuple[int, ...]]:
+    """The kernel grown with zero taps to ``s + 1`` along ``dims``, so that no stride there
+    reaches the kernel; None when that costs more than :data:`MAX_PADDED_KERNEL_COST` times
+    the multiply-adds."""
+    grown = tuple(s + 1 if i in dims else k for i, (k, s) in enumerate(zip(kernel, strides)))
+    cost = 1.0
+    for k, g in zip(kernel, grown):
+        cost *= g / k
+    return grown if cost <= MAX_PADDED_KERNEL_COST else None
+
+
+def zero_padded_weights(weights_format: str, kernel: Sequence[int], grown: Sequence[int]) -> Callable[[np.ndarray], np.ndarray]:
+    """A function giving the weights (IOX or XOI, or the OIX/XIO reading of them) with zero
+    taps appended to each spatial dim, from ``kernel`` to ``grown``; C-contiguous, same dtype.
+    A forward Convolution over them computes the same outputs when each pads_end grows by
+    ``d * (grown - kernel)``: the new taps read pads or rows whose products are zero."""
+    r = len(kernel)
+    first = 2 if weights_format in ("IOX", "OIX") else 0
+    widths = [(0, 0)] * (r + 2)
+    for i, (k, g) in enumerate(zip(kernel, grown)):
+        widths[first + i] = (0, g - k)
+
+    def pad(w: np.ndarray) -> np.ndarray:
+        # the same-size unsigned integer view: zero bits are +0.0 in every float format
+        bits = np.pad(w.view(f"u{w.dtype.itemsize}"), widths)
+        return bits.view(w.dtype)
+
+    return pad

@@ -20,7 +20,17 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _core, dtypes, limits, lowerings, matmul_backward_weights, matmul_lowering, schema, shapes
+from . import (
+    _core,
+    dtypes,
+    guards,
+    limits,
+    lowerings,
+    matmul_backward_weights,
+    matmul_lowering,
+    schema,
+    shapes,
+)
 from .constant_weights import ConstantWeights
 from .errors import UnsupportedError
 from .schema import IntList
@@ -56,6 +66,11 @@ class Lowering:
         f32_only: compute bf16/f16 in f32 even where the CPU has native kernels, because
             the library's are wrong on this problem
             (:func:`onednn_convt.lowerings.backward_weights_needs_f32`).
+        guard: the name of the guard (:mod:`onednn_convt.guards`) that chose this lowering
+            to keep the problem away from a known-bad kernel, else None.
+        exact: optional; the lowering that recomputes a native bf16/f16 call in f32 when its
+            result holds an Inf or NaN (see ``_Plan._guarded``), where this one cannot
+            (zero-padded taps turn an Inf input into NaN). None: this lowering.
     """
 
     kind: str
@@ -68,6 +83,8 @@ class Lowering:
     prepared_elems: int = 0
     weights_arg: Optional[int] = None
     f32_only: bool = False
+    guard: Optional[str] = None
+    exact: Optional[Lowering] = None
 
     def library_args(self, arrays: Sequence[Any], emulated: bool) -> list[np.ndarray]:
         """The arrays handed to the library (emulated: f32 copies of the inputs first)."""
@@ -214,12 +231,19 @@ class _Op:
 
     @property
     def lowering(self) -> Optional[str]:
-        """How the last call ran: the library op kind, and ``" (f32 emulation)"`` when the
-        dtype had no native kernel. None before the first call."""
+        """How the last call ran: the library op kind, and ``" (f32 emulation)"`` when a
+        bf16/f16 call ran in f32. None before the first call."""
         plan = self.last_plan
         if plan is None:
             return None
         return plan.lowering.kind + (" (f32 emulation)" if plan.emulated else "")
+
+    @property
+    def guard(self) -> Optional[str]:
+        """The guard (:mod:`onednn_convt.guards`) that chose the last call's lowering to keep
+        it away from a known-bad oneDNN kernel, or None (also before the first call)."""
+        plan = self.last_plan
+        return None if plan is None else plan.lowering.guard
 
     def __repr__(self) -> str:
         given = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items() if v is not None)
@@ -342,7 +366,7 @@ class _Op:
         guard = "" if emulated or code == "f32" else code
         if guard:
             def make_fallback(arrays: Sequence[Any]) -> _Plan:
-                return _Op._compile(lowering, arrays, None, dtype, "f32", True, constant_weights)
+                return _Op._compile(lowering.exact or lowering, arrays, None, dtype, "f32", True, constant_weights)
 
             plan.make_fallback = make_fallback
         fast_ok = plan.direct and not plan.fixers and lowering.prepare is None  # arrays go in as given
@@ -597,7 +621,10 @@ class ConvTranspose(_WeightsOp):
             return Lowering(kind, attrs, inputs, out_shape, weights_arg=1)
         attrs = self._library_attrs(geometry)
         attrs["output_padding"] = list(op)
-        return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1)
+        guard = None
+        if guards.stride_not_below_kernel(dtypes.code_of(src.dtype) or "", kernel, s):
+            guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name  # the library's kernel fails: f32
+        return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1, f32_only=guard is not None, guard=guard)
 
 
 class ConvTransposeBackwardData(_WeightsOp):
@@ -671,13 +698,46 @@ class ConvTransposeBackwardData(_WeightsOp):
                 dd.shape, kernel[0], geometry[0][0], geometry[2][0], xs[0], i, a["data_format"], a["weights_format"]
             )
             return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
+        conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
+        code = dtypes.code_of(dd.dtype) or ""
+        if guards.padding_only_outputs(code, xs, ys, kernel, *geometry[:3]):  # the AMX kernel crashes: f32
+            attrs = self._library_attrs(geometry, conv_format)
+            guard = guards.AMX_PADDING_ONLY_OUTPUTS.name
+            return Lowering("Convolution", attrs, (0, 1), out_shape, weights_arg=1, f32_only=True, guard=guard)
+        dims = guards.stride_not_below_kernel(code, kernel, geometry[0])
+        if dims:  # both library lowerings below reach the AMX kernels that fail here
+            return self._padded_kernel_lowering(dims, kernel, geometry, conv_format, out_shape, i * o)
         kind = lowerings.backward_data_kind(geometry[1], a["data_format"])
         if kind == lowerings.CONV_TRANSPOSE_BACKWARD_DATA:  # no dilation, where it is faster
             attrs = self._library_attrs(geometry)
             return Lowering(kind, attrs, (0, 1), out_shape, weights_arg=1)
-        conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
         attrs = self._library_attrs(geometry, conv_format)
         return Lowering("Convolution", attrs, (0, 1), out_shape, weights_arg=1)
+
+
+    def _padded_kernel_lowering(
+        self, dims: tuple[int, ...], kernel: tuple[int, ...], geometry: Any, conv_format: str,
+        out_shape: tuple[int, ...], channels: int,
+    ) -> Lowering:
+        """BackwardData kept away from :data:`guards.AMX_STRIDE_NOT_BELOW_KERNEL`: the
+        Convolution over weights grown with zero taps until each stride is below its kernel
+        (native), or, where that multiplies the work too much, the Convolution in f32."""
+        guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
+        grown = lowerings.padded_kernel(kernel, geometry[0], dims)
+        plain = Lowering(
+            "Convolution", self._library_attrs(geometry, conv_format), (0, 1), out_shape, weights_arg=1,
+            f32_only=True, guard=guard,
+        )
+        if grown is None:
+            return plain
+        s, d, pb, pe = geometry
+        pe = tuple(e + di * (g - k) for e, di, g, k in zip(pe, d, grown, kernel))
+        pad = lowerings.zero_padded_weights(conv_format, kernel, grown)
+        return Lowering(
+            "Convolution", self._library_attrs((s, d, pb, pe), conv_format), (0, 1), out_shape,
+            prepare=lambda args: [args[0], pad(args[1])],
+            prepared_elems=math.prod(grown) * channels, weights_arg=1, guard=guard, exact=plain,
+        )
 
 
 class ConvTransposeBackwardWeights(_Op):
@@ -771,18 +831,21 @@ class ConvTransposeBackwardWeights(_Op):
         geometry = self._geometry(len(xs), kernel)
         self._check_forward_extent(xs, ys, kernel, geometry, "src", "diff_dst")
         kind = lowerings.backward_weights_kind(len(xs), a["data_format"])
-        f32_only = lowerings.backward_weights_needs_f32(xs, kernel, geometry[1])
+        code = dtypes.code_of(src.dtype) or ""
+        f32_only = guards.active(guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC, code) and (
+            lowerings.backward_weights_needs_f32(xs, kernel, geometry[1])
+        )
+        guard = guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC.name if f32_only else None
         if kind == lowerings.CONVOLUTION_BACKWARD_WEIGHTS:
             # the convolution from diff_dst to src (D9) has the same weights memory: OIX/XIO
             attrs = self._library_attrs(geometry, "OIX" if a["weights_format"] == "IOX" else "XIO")
             attrs["weights_shape"] = list(wshape)
-            library = Lowering(kind, attrs, (1, 0), wshape, f32_only=f32_only)
+            library = Lowering(kind, attrs, (1, 0), wshape, f32_only=f32_only, guard=guard)
         else:
             attrs = self._library_attrs(geometry)
             attrs["weights_shape"] = list(wshape)
-            library = Lowering(kind, attrs, (0, 1), wshape, f32_only=f32_only)
-        if not (f32_only and dtypes.code_of(src.dtype) in ("bf16", "f16")
-                and matmul_backward_weights.applies(src.shape, dd.shape, kernel, a["groups"], a["data_format"])):
+            library = Lowering(kind, attrs, (0, 1), wshape, f32_only=f32_only, guard=guard)
+        if not (f32_only and matmul_backward_weights.applies(src.shape, dd.shape, kernel, a["groups"], a["data_format"])):
             return library
 
         def exact(arrays: Sequence[Any]) -> np.ndarray:
@@ -793,7 +856,7 @@ class ConvTransposeBackwardWeights(_Op):
         parts = matmul_backward_weights.backward_weights(
             src.shape, dd.shape, wshape, kernel, geometry, a["data_format"], a["weights_format"], exact
         )
-        return Lowering("MatMul", inputs=(0, 1), out_shape=wshape, **parts)
+        return Lowering("MatMul", inputs=(0, 1), out_shape=wshape, guard=guard, **parts)
 
 
 def native_support(kind: str, code: str) -> Optional[bool]:

@@ -1,0 +1,181 @@
+"""Known-bad oneDNN 3.2 kernels, keyed by the CPU ISA oneDNN dispatches to, and which
+problems this package keeps away from them (README, "Deviations"; spec Part II section 12).
+
+oneDNN picks its kernels by the ISA it dispatches to: the CPU's own, or lower under
+``ONEDNN_MAX_CPU_ISA`` (read once per process). A guard is active where its kernels run:
+for a dtype code, on the ISA levels named in :attr:`Guard.isas`. Each guard says on which
+CPU and ISA level it was measured, and the lowering code asks :func:`active` before it
+routes a problem around it. :func:`report` is what ``info()`` shows.
+
+``ONEDNN_CONVT_GUARDS=off`` (read at import) or :func:`set_enabled` turns every guard off,
+for measuring what a guard costs and that it is still needed (``benchmarks/guards.py``,
+``tests/isa_scan.py --unguarded``): results on guarded problems may then be wrong, and the
+process may crash.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from . import _core
+
+#: dnnl_cpu_isa_t values (dnnl_types.h) -> names, lowest first.
+ISA_NAMES = {
+    0x0: "default", 0x1: "sse41", 0x3: "avx", 0x7: "avx2", 0xF: "avx2_vnni",
+    0x1F: "avx2_vnni_2", 0x27: "avx512_core", 0x67: "avx512_core_vnni",
+    0xE7: "avx512_core_bf16", 0x1EF: "avx512_core_fp16", 0xFEF: "avx512_core_amx",
+    0x1FEF: "avx512_core_amx_fp16",
+}
+AMX = frozenset({"avx512_core_amx", "avx512_core_amx_fp16"})
+#: the levels with native bf16 kernels in oneDNN 3.2
+BF16_NATIVE = frozenset({"avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_fp16"}) | AMX
+
+
+@functools.lru_cache(maxsize=None)
+def dispatch_isa() -> str:
+    """The ISA oneDNN dispatches to in this process (the CPU's, or the ``ONEDNN_MAX_CPU_ISA``
+    cap), e.g. ``"avx512_core_amx"``."""
+    value = _core.cpu_isa()
+    return ISA_NAMES.get(value, hex(value))
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One known-bad kernel class of oneDNN 3.2.
+
+    Attributes:
+        name: short identifier (``info()["guards"]``).
+        isas: dtype code -> the dispatch ISAs on which the bad kernel runs for that dtype.
+        condition: which problems, in words.
+        route: what this package runs instead.
+        evidence: where it was measured (CPU, ISA caps, scan figures) and the upstream fix.
+    """
+
+    name: str
+    isas: dict[str, frozenset[str]]
+    condition: str
+    route: str
+    evidence: str
+
+
+AMX_STRIDE_NOT_BELOW_KERNEL = Guard(
+    name="amx_stride_not_below_kernel",
+    # bf16 runs on AMX-BF16 tiles from avx512_core_amx; f16 only from avx512_core_amx_fp16
+    # (not measured: no such CPU here, kept away by the same kernels' rule)
+    isas={"bf16": AMX, "f16": frozenset({"avx512_core_amx_fp16"})},
+    condition=(
+        "a spatial dim whose stride is > 1 and >= its kernel, in BackwardData (oneDNN's "
+        "forward convolution on AMX, brgconv:avx512_core_amx) and in a ConvTranspose that runs "
+        "as the library's deconvolution (with bias or groups: jit_deconvolution:avx512_core_amx)"
+    ),
+    route=(
+        "BackwardData: a Convolution over the weights with zero taps appended (kernel s + 1 "
+        "along those dims, pads_end grown to match), native, where that costs at most 2.5x the "
+        "multiply-adds, else f32; ConvTranspose: f32"
+    ),
+    evidence=(
+        "Intel Xeon (Sapphire Rapids, AMX-BF16), 2 threads: 10,000 unguarded bf16 problems, "
+        "BackwardData wrong (errors of 0.2x to 1e36x the output's scale) or a segfault / "
+        "free(): invalid size in 2.4% of those with a depth/height stride > kernel, 0.2% of "
+        "those with stride >= kernel elsewhere (1-D and width included), 0 of 526 with every "
+        "stride < kernel; ConvTranspose returned uninitialized values (1e36) on a repeated "
+        "call in 2 of about 8,000 (3-D, NCX, bias, stride >= kernel). oneDNN v3.13 fixed one cause (PR #5494: brgemm_convolution_fwd_t "
+        "sized its input buffer with min(kernel, stride)); present in 3.2 and 3.12"
+    ),
+)
+
+AMX_PADDING_ONLY_OUTPUTS = Guard(
+    name="amx_padding_only_outputs",
+    isas={"bf16": AMX, "f16": frozenset({"avx512_core_amx_fp16"})},
+    condition=(
+        "BackwardData where some diff_src position reads no element of diff_dst (all its "
+        "taps fall in the pads: pads >= the dilated kernel, or a dilation and stride that "
+        "step over every row)"
+    ),
+    route="f32",
+    evidence=(
+        "Intel Xeon (Sapphire Rapids, AMX-BF16): a segfault in oneDNN's AMX forward "
+        "convolution on such a problem (diff_dst height 1, kernel 3, dilation 2, stride 2, "
+        "pads 3/5), with or without the stride guard; right under every lower ISA cap"
+    ),
+)
+
+BF16_BACKWARD_WEIGHTS_SHORT_SRC = Guard(
+    name="bf16_backward_weights_short_src",
+    isas={"bf16": BF16_NATIVE, "f16": frozenset()},
+    condition="BackwardWeights where a spatial dim of src is no longer than the dilated kernel",
+    route="a MatMul over frames of diff_dst (groups 1, >= 4M multiply-adds), else f32",
+    evidence=(
+        "AMD Zen4 (avx512_core_bf16): jit_bf16:avx512_core_bf16 returned uninitialized or "
+        "wrong weight taps in 43 of 18,368 small problems; not found upstream"
+    ),
+)
+
+GUARDS = (AMX_STRIDE_NOT_BELOW_KERNEL, AMX_PADDING_ONLY_OUTPUTS, BF16_BACKWARD_WEIGHTS_SHORT_SRC)
+
+_enabled = os.environ.get("ONEDNN_CONVT_GUARDS", "").lower() not in ("0", "off", "false", "no")
+
+
+def set_enabled(enabled: bool) -> None:
+    """Turn every guard on (the default) or off (for measurement only: see the module doc).
+    Affects problems compiled afterwards, not plans already made."""
+    global _enabled
+    _enabled = bool(enabled)
+
+
+def active(guard: Guard, code: str) -> bool:
+    """Whether ``guard`` applies to dtype ``code`` in this process."""
+    return _enabled and dispatch_isa() in guard.isas.get(code, frozenset())
+
+
+def report() -> list[dict[str, object]]:
+    """The guards active in this process, with the dtypes they cover (for ``info()``)."""
+    isa = dispatch_isa()
+    rows: list[dict[str, object]] = []
+    for g in GUARDS:
+        codes = sorted(c for c, isas in g.isas.items() if isa in isas)
+        if codes and _enabled:
+            rows.append({"name": g.name, "dtypes": codes, "condition": g.condition, "route": g.route,
+                         "evidence": g.evidence})
+    return rows
+
+
+def stride_not_below_kernel(code: str, kernel: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
+    """The spatial dims (indices) that make a call in dtype ``code`` a case of
+    :data:`AMX_STRIDE_NOT_BELOW_KERNEL` (BackwardData, or a ConvTranspose run as the
+    library's deconvolution): stride > 1 and stride >= kernel. Empty where the guard is
+    inactive."""
+    if not active(AMX_STRIDE_NOT_BELOW_KERNEL, code):
+        return ()
+    return tuple(i for i, (k, s) in enumerate(zip(kernel, strides)) if s > 1 and s >= k)
+
+
+def padding_only_outputs(
+    code: str, out: Sequence[int], given: Sequence[int], kernel: Sequence[int],
+    strides: Sequence[int], dilations: Sequence[int], pads_begin: Sequence[int],
+) -> bool:
+    """Whether a forward convolution (BackwardData's form) in dtype ``code`` from ``given``
+    to ``out`` spatial sizes is a case of :data:`AMX_PADDING_ONLY_OUTPUTS`: some output
+    position along some dim whose taps ``o*s - pb + j*d`` all miss ``[0, given)``. False
+    where the guard is inactive."""
+    if not active(AMX_PADDING_ONLY_OUTPUTS, code):
+        return False
+    for x, y, k, s, d, pb in zip(out, given, kernel, strides, dilations, pads_begin):
+        # the last output's first tap past the end, or the first output's last tap before row 0
+        if (x - 1) * s - pb >= y or (k - 1) * d - pb < 0:
+            return True
+        if y >= d:  # between those, taps d apart cannot step over y rows
+            continue
+        # outputs whose first tap is before row 0 may step over all y rows: check each
+        count = min(x, pb // s + 1)
+        for start in range(0, count, 1 << 16):
+            first = np.arange(start, min(count, start + (1 << 16))) * s - pb
+            j = np.maximum(0, -(first // d))  # the first tap at or after row 0
+            if not np.all((j < k) & (first + j * d < y)):
+                return True
+    return False

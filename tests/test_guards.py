@@ -1,0 +1,160 @@
+"""The guards (:mod:`onednn_convt.guards`): where each applies, that its route gives the
+reference's answer, that ``strict=True`` never reaches the kernel it avoids, and what
+``info()`` says.
+
+The routes are exercised on every CPU by making the package believe it dispatches to AMX
+(``guards.dispatch_isa`` patched): the problem then takes the guarded lowering, which this
+CPU's kernels compute. Whether the guards are still needed is measured by
+``tests/isa_scan.py --unguarded`` on a CPU that has the ISA (README, "Every CPU").
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import onednn_convt as oc
+import pytest
+from helpers import Config, assert_close
+from onednn_convt import guards
+
+BWD_D = "ConvTransposeBackwardData"
+
+
+@pytest.fixture
+def amx(monkeypatch):
+    """The package believes oneDNN dispatches to AMX (the guards for AMX apply)."""
+    monkeypatch.setattr(guards, "dispatch_isa", lambda: "avx512_core_amx")
+
+
+def test_the_issue_call_runs_repeatedly_and_matches_the_reference():
+    """The BackwardData call that aborted the process on AMX (heap corruption)."""
+    rng = np.random.default_rng(0)
+    bf = ml_dtypes.bfloat16
+    op = oc.ConvTransposeBackwardData(strides=[3, 2, 3], auto_pad="valid", data_format="NCX", weights_format="XOI")
+    w = rng.uniform(-1, 1, (1, 2, 3, 96, 48)).astype(bf)
+    dd = rng.uniform(-1, 1, (2, 96, 16, 4, 12)).astype(bf)
+    ref = oc.reference.conv_transpose_backward_data(
+        dd, w, strides=[3, 2, 3], auto_pad="valid", data_format="NCX", weights_format="XOI"
+    )
+    for _ in range(20):
+        assert_close(op(dd, w), ref, "bf16", 96 * 6)
+    if guards.dispatch_isa() in guards.AMX:
+        assert op.guard == "amx_stride_not_below_kernel"
+
+
+def test_stride_condition_is_stride_above_one_and_not_below_kernel(amx):
+    for kernel, strides in itertools.product(itertools.product((1, 2, 3), repeat=2), repeat=2):
+        want = tuple(i for i in range(2) if strides[i] > 1 and strides[i] >= kernel[i])
+        assert guards.stride_not_below_kernel("bf16", kernel, strides) == want
+        assert guards.stride_not_below_kernel("f32", kernel, strides) == ()  # f32 kernels are right
+        assert guards.stride_not_below_kernel("f16", kernel, strides) == ()  # no AMX-FP16 here
+
+
+def test_padding_only_condition_is_the_definition(amx):
+    """Some output position none of whose taps o*s - pb + j*d falls in [0, given)."""
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        x, y, k, s, d, pb = (int(v) for v in rng.integers(1, [9, 9, 5, 5, 4, 9]))
+        pb -= 1
+        want = any(all(not 0 <= o * s - pb + j * d < y for j in range(k)) for o in range(x))
+        assert guards.padding_only_outputs("bf16", (x,), (y,), (k,), (s,), (d,), (pb,)) is want, (x, y, k, s, d, pb)
+    # sizes at the 32-bit limit cost no memory (the range check rejects them later)
+    assert guards.padding_only_outputs("bf16", (2**31,), (5,), (3,), (1,), (1,), (0,)) is True
+
+
+def test_guards_apply_only_on_their_isas(monkeypatch):
+    monkeypatch.setattr(guards, "dispatch_isa", lambda: "avx512_core_bf16")
+    assert guards.stride_not_below_kernel("bf16", (1, 1), (3, 3)) == ()
+    assert guards.active(guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC, "bf16")
+    assert [g["name"] for g in guards.report()] == ["bf16_backward_weights_short_src"]
+    monkeypatch.setattr(guards, "dispatch_isa", lambda: "avx2")  # bf16 computed in f32 there
+    assert guards.report() == []
+
+
+#: BackwardData problems of each route (NCX and NXC, IOX and XOI, groups, dilation)
+ROUTED = [
+    # stride = kernel in both dims: zero taps appended (native)
+    (Config(src=(5, 6), kernel=(2, 2), strides=2, ic=16, oc=24), "Convolution"),
+    (Config(src=(4, 5), kernel=(3, 2), strides=(3, 2), dilations=(2, 1), pads_begin=(1, 0), ic=8, oc=16,
+            groups=2, data_format="NXC", weights_format="XOI"), "Convolution"),
+    (Config(src=(3, 4, 3), kernel=(2, 3, 2), strides=(2, 1, 2), ic=8, oc=8, data_format="NXC"), "Convolution"),
+    # kernel 1, stride 3: appending taps would cost 16x: f32
+    (Config(src=(4, 5), kernel=(1, 1), strides=3, ic=16, oc=16, weights_format="XOI"), "Convolution (f32 emulation)"),
+    # 1-D, stride above the kernel
+    (Config(src=(9,), kernel=(2,), strides=4, ic=16, oc=8, data_format="NXC"), "Convolution"),
+]
+
+
+@pytest.mark.parametrize(("cfg", "lowering"), ROUTED, ids=[str(c) for c, _ in ROUTED])
+def test_stride_route_matches_the_reference(amx, cfg, lowering):
+    t = cfg.tensors(np.random.default_rng(9), "bf16")
+    op = oc.ConvTransposeBackwardData(**cfg.attrs(BWD_D))
+    ref = cfg.ref_backward_data(t["diff_dst"], t["weights"])
+    for got in (op(t["diff_dst"], t["weights"]), op(t["diff_dst"], t["weights"])):
+        assert_close(got, ref, "bf16", cfg.bwd_data_reduction, str(cfg))
+    assert op.guard == "amx_stride_not_below_kernel" and op.lowering == lowering
+    out = np.empty_like(ref, dtype=ml_dtypes.bfloat16)
+    assert op(t["diff_dst"], t["weights"], out=out) is out
+    assert_close(out, ref, "bf16", cfg.bwd_data_reduction, str(cfg))
+
+
+def test_zero_taps_meet_infinity_without_nan(amx):
+    """An Inf in diff_dst read only by an appended zero tap: the result is redone without
+    the zero taps (0 * Inf would be NaN where the exact result is finite)."""
+    cfg = ROUTED[0][0]
+    t = cfg.tensors(np.random.default_rng(10), "bf16")
+    dd = t["diff_dst"].copy()
+    dd[0, 0, 1, 1] = np.inf  # row 1, col 1: tap 1 of output 0 (kernel 2, stride 2)
+    op = oc.ConvTransposeBackwardData(**cfg.attrs(BWD_D))
+    got = np.asarray(op(dd, t["weights"]), np.float64)
+    ref = cfg.ref_backward_data(dd, t["weights"])
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
+
+
+def test_padding_only_route_and_strict(amx):
+    """Every diff_src row reads only pads (dilation 2, stride 2, pads_begin 3 over one row):
+    f32, also with strict=True, which must never reach the kernel either."""
+    cfg = Config(src=(3, 9), kernel=(3, 4), strides=(2, 5), dilations=(2, 2), pads_begin=(3, 0), pads_end=(5, 6),
+                 output_padding=(0, 2), ic=24, oc=48, weights_format="XOI")
+    t = cfg.tensors(np.random.default_rng(11), "bf16")
+    for strict in (False, True):
+        op = oc.ConvTransposeBackwardData(strict=strict, **cfg.attrs(BWD_D))
+        got = op(t["diff_dst"], t["weights"])
+        assert op.guard == "amx_padding_only_outputs" and op.lowering == "Convolution (f32 emulation)"
+        assert_close(got, cfg.ref_backward_data(t["diff_dst"], t["weights"]), "bf16", cfg.bwd_data_reduction)
+
+
+def test_forward_through_the_library_deconvolution_is_routed(amx):
+    cfg = Config(src=(2, 6, 6), kernel=(2, 1, 3), strides=(2, 3, 4), bias=True, ic=32, oc=8, weights_format="XOI")
+    t = cfg.tensors(np.random.default_rng(12), "bf16")
+    op = oc.ConvTranspose(**cfg.attrs())
+    got = op(t["src"], t["weights"], t["bias"])
+    assert op.guard == "amx_stride_not_below_kernel" and op.lowering == "ConvTranspose (f32 emulation)"
+    assert_close(got, cfg.ref_forward(t["src"], t["weights"], t["bias"]), "bf16", cfg.fwd_reduction)
+
+
+def test_disabled_guards_route_nothing(amx, monkeypatch):
+    monkeypatch.setattr(guards, "_enabled", True)
+    guards.set_enabled(False)
+    try:
+        assert guards.stride_not_below_kernel("bf16", (1, 1), (3, 3)) == ()
+        assert guards.report() == []
+    finally:
+        guards.set_enabled(True)
+
+
+@pytest.mark.parametrize(("level", "expected"), [("AVX2", []), ("AVX512_CORE_BF16", ["bf16_backward_weights_short_src"])])
+def test_info_names_the_dispatched_isa_and_its_guards(level, expected):
+    code = "import json, onednn_convt as oc; i = oc.info(); print(json.dumps([i['cpu_isa'], [g['name'] for g in i['guards']]]))"
+    env = {"ONEDNN_MAX_CPU_ISA": level, "PATH": "", "OMP_WAIT_POLICY": "PASSIVE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    isa, names = json.loads(out.stdout)
+    if isa != level.lower():
+        pytest.skip(f"this CPU lacks {level}")
+    assert names == expected

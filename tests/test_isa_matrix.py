@@ -1,0 +1,91 @@
+"""The differential tests under every CPU ISA level this machine has.
+
+oneDNN 3.2 picks different kernels (with different bugs) per ISA, and reads
+``ONEDNN_MAX_CPU_ISA`` once per process, so each level runs in child interpreters capped
+at it: an AMX machine stands in for AVX2, AVX-512, AVX-512 BF16 (Zen4-like) and
+AVX-512 FP16 CPUs too. A level the CPU lacks is skipped, saying so, and the summary at the
+end of the run lists the levels covered.
+
+- :func:`test_random_scan`: the random differential scan of :mod:`isa_scan` (problems sized
+  for the blocked and AMX kernels, each called twice and once with ``out=``), in batches of
+  one process each, so a crash is a failure that names the problem. ``SCAN_PROBLEMS`` per
+  level in the default run, ``SLOW_SCAN_PROBLEMS`` with ``-m slow``.
+- :func:`test_differential_suite` (slow): the reference-comparison test files, whole,
+  under each level.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from isa_scan import COVERAGE, ISA_LEVELS, run_batch
+
+HERE = Path(__file__).resolve().parent
+SCAN_PROBLEMS = 600
+SLOW_SCAN_PROBLEMS = 3000
+BATCH = 100
+#: the test files that compare every op, dtype and layout with the reference
+DIFFERENTIAL_FILES = ("test_forward.py", "test_backward_data.py", "test_backward_weights.py", "test_dtypes.py")
+
+
+def _env(level: str) -> dict[str, str]:
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA=level)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
+_LEVELS: dict[str, str] = {}
+
+
+def dispatched(level: str) -> str:
+    """The ISA oneDNN dispatches to under the cap ``level`` on this CPU (once per level)."""
+    if level not in _LEVELS:
+        code = "import onednn_convt as oc; print(oc.guards.dispatch_isa())"
+        out = subprocess.run([sys.executable, "-c", code], env=_env(level), capture_output=True, text=True, check=True)
+        _LEVELS[level] = out.stdout.strip()
+    return _LEVELS[level]
+
+
+def require(level: str) -> None:
+    got = dispatched(level)
+    if got != ISA_LEVELS[level]:
+        pytest.skip(f"this CPU lacks {level}: capped at it, oneDNN dispatches to {got}")
+
+
+def scan(level: str, problems: int, seed0: int) -> None:
+    require(level)
+    failures, ran = [], 0
+    for b in range(problems // BATCH):
+        result = run_batch(seed0 + b, BATCH, level)
+        assert result.isa == ISA_LEVELS[level], f"batch ran on {result.isa}, expected {ISA_LEVELS[level]}"
+        ran += result.ran
+        failures += result.failures
+    COVERAGE.append((level, ran, len(failures)))
+    assert not failures, f"{len(failures)} of {problems} problems failed under {level}:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("level", list(ISA_LEVELS))
+def test_random_scan(level):
+    scan(level, SCAN_PROBLEMS, seed0=1000 * list(ISA_LEVELS).index(level))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", list(ISA_LEVELS))
+def test_random_scan_many(level):
+    scan(level, SLOW_SCAN_PROBLEMS, seed0=100_000 + 1000 * list(ISA_LEVELS).index(level))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", list(ISA_LEVELS))
+def test_differential_suite(level):
+    require(level)
+    files = [str(HERE / f) for f in DIFFERENTIAL_FILES]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+        env=_env(level), capture_output=True, text=True, check=False, cwd=HERE.parent,
+    )
+    assert proc.returncode == 0, f"under {level}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
