@@ -146,13 +146,19 @@ def test_bf16_where_the_library_is_wrong_is_computed_in_f32(cfg):
     assert lowerings.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations)
     t = cfg.tensors(np.random.default_rng(0), "bf16")
     ref = cfg.ref_backward_weights(t["src"].astype(np.float64), t["diff_dst"].astype(np.float64))
+    guarded = oc.guards.active(oc.guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC, "bf16")  # native bf16 here
     for strict in (False, True):
         op = make_op(cfg, strict=strict)
+        if strict and not guarded:  # no native bf16 kernel at all (AVX2): strict raises
+            with pytest.raises(oc.UnsupportedError):
+                op(t["src"], t["diff_dst"])
+            continue
         for _ in range(3):
             got = op(t["src"], t["diff_dst"])
             assert got.dtype == t["src"].dtype
             assert_close(got, ref, "bf16", cfg.bwd_weights_reduction, str(cfg))
         assert op.lowering.endswith("(f32 emulation)")
+        assert op.guard == ("bf16_backward_weights_short_src" if guarded else None)
 
 
 def test_bf16_with_src_longer_than_the_kernel_stays_native():

@@ -700,13 +700,14 @@ class ConvTransposeBackwardData(_WeightsOp):
             return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
         conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
         code = dtypes.code_of(dd.dtype) or ""
-        if guards.padding_only_outputs(code, xs, ys, kernel, *geometry[:3]):  # the AMX kernel crashes: f32
-            attrs = self._library_attrs(geometry, conv_format)
-            guard = guards.AMX_PADDING_ONLY_OUTPUTS.name
-            return Lowering("Convolution", attrs, (0, 1), out_shape, weights_arg=1, f32_only=True, guard=guard)
+        if guards.padding_only_outputs(code, xs, ys, kernel, *geometry[:3]):  # the AMX kernel crashes
+            return self._guarded_convolution(guards.AMX_PADDING_ONLY_OUTPUTS, geometry, conv_format, out_shape)
         dims = guards.stride_not_below_kernel(code, kernel, geometry[0])
         if dims:  # both library lowerings below reach the AMX kernels that fail here
-            return self._padded_kernel_lowering(dims, kernel, geometry, conv_format, out_shape, i * o)
+            grown = lowerings.padded_kernel(kernel, geometry[0], dims)
+            return self._guarded_convolution(
+                guards.AMX_STRIDE_NOT_BELOW_KERNEL, geometry, conv_format, out_shape, kernel, grown, i * o
+            )
         kind = lowerings.backward_data_kind(geometry[1], a["data_format"])
         if kind == lowerings.CONV_TRANSPOSE_BACKWARD_DATA:  # no dilation, where it is faster
             attrs = self._library_attrs(geometry)
@@ -714,19 +715,16 @@ class ConvTransposeBackwardData(_WeightsOp):
         attrs = self._library_attrs(geometry, conv_format)
         return Lowering("Convolution", attrs, (0, 1), out_shape, weights_arg=1)
 
-
-    def _padded_kernel_lowering(
-        self, dims: tuple[int, ...], kernel: tuple[int, ...], geometry: Any, conv_format: str,
-        out_shape: tuple[int, ...], channels: int,
+    def _guarded_convolution(
+        self, guard: guards.Guard, geometry: Any, conv_format: str, out_shape: tuple[int, ...],
+        kernel: tuple[int, ...] = (), grown: Optional[tuple[int, ...]] = None, channels: int = 0,
     ) -> Lowering:
-        """BackwardData kept away from :data:`guards.AMX_STRIDE_NOT_BELOW_KERNEL`: the
-        Convolution over weights grown with zero taps until each stride is below its kernel
-        (native), or, where that multiplies the work too much, the Convolution in f32."""
-        guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
-        grown = lowerings.padded_kernel(kernel, geometry[0], dims)
+        """BackwardData kept away from a known-bad kernel by ``guard``: the Convolution over
+        weights grown with zero taps from ``kernel`` to ``grown`` (native: each stride then is
+        below its kernel), or, without ``grown``, the Convolution in f32."""
         plain = Lowering(
             "Convolution", self._library_attrs(geometry, conv_format), (0, 1), out_shape, weights_arg=1,
-            f32_only=True, guard=guard,
+            f32_only=True, guard=guard.name,
         )
         if grown is None:
             return plain
@@ -735,8 +733,8 @@ class ConvTransposeBackwardData(_WeightsOp):
         pad = lowerings.zero_padded_weights(conv_format, kernel, grown)
         return Lowering(
             "Convolution", self._library_attrs((s, d, pb, pe), conv_format), (0, 1), out_shape,
-            prepare=lambda args: [args[0], pad(args[1])],
-            prepared_elems=math.prod(grown) * channels, weights_arg=1, guard=guard, exact=plain,
+            prepare=lambda args: [args[0], pad(args[1])], prepared_elems=math.prod(grown) * channels,
+            weights_arg=1, guard=guard.name, exact=plain,
         )
 
 
