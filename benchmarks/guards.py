@@ -61,7 +61,7 @@ def tensors(shape: Shape, dtype: Any) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     return {
         "src": rng.standard_normal((shape.n, shape.ic, *shape.src)).astype(dtype),
-        "weights": rng.standard_normal((shape.ic, shape.oc, *shape.kernel)).astype(dtype) * 0.1,
+        "weights": (rng.standard_normal((shape.ic, shape.oc, *shape.kernel)) * 0.1).astype(dtype),
         "bias": rng.standard_normal(shape.oc).astype(dtype),
         "diff_dst": rng.standard_normal((shape.n, shape.oc, *shape.dst())).astype(dtype),
     }

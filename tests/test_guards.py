@@ -83,8 +83,10 @@ ROUTED = [
     (Config(src=(4, 5), kernel=(3, 2), strides=(3, 2), dilations=(2, 1), pads_begin=(1, 0), ic=8, oc=16,
             groups=2, data_format="NXC", weights_format="XOI"), "Convolution"),
     (Config(src=(3, 4, 3), kernel=(2, 3, 2), strides=(2, 1, 2), ic=8, oc=8, data_format="NXC"), "Convolution"),
-    # kernel 1, stride 3: appending taps would cost 16x: f32
-    (Config(src=(4, 5), kernel=(1, 1), strides=3, ic=16, oc=16, weights_format="XOI"), "Convolution (f32 emulation)"),
+    # kernel 1, stride 3: appending taps would cost 16x: f32, by the op the rules pick
+    (Config(src=(4, 5), kernel=(1, 1), strides=3, ic=16, oc=16, weights_format="XOI"),
+     "ConvTransposeBackwardData (f32 emulation)"),
+    (Config(src=(4, 5), kernel=(1, 1), strides=3, ic=16, oc=16, data_format="NXC"), "Convolution (f32 emulation)"),
     # 1-D, stride above the kernel
     (Config(src=(9,), kernel=(2,), strides=4, ic=16, oc=8, data_format="NXC"), "Convolution"),
 ]

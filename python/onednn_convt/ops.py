@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import numpy as np
@@ -708,7 +708,11 @@ class ConvTransposeBackwardData(_WeightsOp):
             return self._guarded_convolution(
                 guards.AMX_STRIDE_NOT_BELOW_KERNEL, geometry, conv_format, out_shape, kernel, grown, i * o
             )
-        kind = lowerings.backward_data_kind(geometry[1], a["data_format"])
+        return self._unguarded_lowering(geometry, conv_format, out_shape)
+
+    def _unguarded_lowering(self, geometry: Any, conv_format: str, out_shape: tuple[int, ...]) -> Lowering:
+        """The library op the rules pick (:func:`lowerings.backward_data_kind`)."""
+        kind = lowerings.backward_data_kind(geometry[1], self.attrs["data_format"])
         if kind == lowerings.CONV_TRANSPOSE_BACKWARD_DATA:  # no dilation, where it is faster
             attrs = self._library_attrs(geometry)
             return Lowering(kind, attrs, (0, 1), out_shape, weights_arg=1)
@@ -722,10 +726,7 @@ class ConvTransposeBackwardData(_WeightsOp):
         """BackwardData kept away from a known-bad kernel by ``guard``: the Convolution over
         weights grown with zero taps from ``kernel`` to ``grown`` (native: each stride then is
         below its kernel), or, without ``grown``, the Convolution in f32."""
-        plain = Lowering(
-            "Convolution", self._library_attrs(geometry, conv_format), (0, 1), out_shape, weights_arg=1,
-            f32_only=True, guard=guard.name,
-        )
+        plain = replace(self._unguarded_lowering(geometry, conv_format, out_shape), f32_only=True, guard=guard.name)
         if grown is None:
             return plain
         s, d, pb, pe = geometry
