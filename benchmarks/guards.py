@@ -39,9 +39,11 @@ class Shape:
     ic: int
     oc: int
     bias: bool = False
+    nxc: bool = False  # NXC activations and XOI weights (else NCX and IOX)
 
     def attrs(self) -> dict[str, Any]:
-        return {"strides": self.stride, "data_format": "NCX", "weights_format": "IOX"}
+        return {"strides": self.stride, "data_format": "NXC" if self.nxc else "NCX",
+                "weights_format": "XOI" if self.nxc else "IOX"}
 
     def dst(self) -> tuple[int, ...]:
         return tuple(self.stride * (x - 1) + k for x, k in zip(self.src, self.kernel))
@@ -49,22 +51,32 @@ class Shape:
 
 SHAPES = [
     Shape("unet2d k2s2 bwd_d", "bwd_d", (32, 32), (2, 2), 2, 8, 128, 64),
+    Shape("unet2d k2s2 bwd_d NXC/XOI", "bwd_d", (32, 32), (2, 2), 2, 8, 128, 64, nxc=True),
     Shape("unet2d k2s2 bwd_d (wide)", "bwd_d", (16, 16), (2, 2), 2, 8, 512, 256),
     Shape("unet3d k2s2 bwd_d", "bwd_d", (8, 16, 16), (2, 2, 2), 2, 2, 64, 32),
     Shape("1x1 s2 bwd_d", "bwd_d", (32, 32), (1, 1), 2, 8, 128, 128),
     Shape("audio 1-D k4s4 bwd_d", "bwd_d", (1024,), (4,), 4, 4, 256, 128),
     Shape("unet2d k2s2 fwd+bias", "fwd", (32, 32), (2, 2), 2, 8, 128, 64, bias=True),
+    Shape("unet2d k2s2 fwd+bias NXC/XOI", "fwd", (32, 32), (2, 2), 2, 8, 128, 64, bias=True, nxc=True),
+    Shape("dcgan-like k4s2 fwd+bias", "fwd", (16, 16), (4, 4), 2, 8, 256, 128, bias=True),
 ]
 
 
-def tensors(shape: Shape, dtype: Any) -> dict[str, np.ndarray]:
+def tensors(shape: Shape, dtype: Any, ncx: bool = False) -> dict[str, np.ndarray]:
+    """The call's arrays, in the shape's layouts (``ncx``: in NCX/IOX whatever the shape's)."""
     rng = np.random.default_rng(0)
-    return {
+    t = {
         "src": rng.standard_normal((shape.n, shape.ic, *shape.src)).astype(dtype),
         "weights": (rng.standard_normal((shape.ic, shape.oc, *shape.kernel)) * 0.1).astype(dtype),
         "bias": rng.standard_normal(shape.oc).astype(dtype),
         "diff_dst": rng.standard_normal((shape.n, shape.oc, *shape.dst())).astype(dtype),
     }
+    if shape.nxc and not ncx:
+        r = len(shape.kernel)
+        for name in ("src", "diff_dst"):
+            t[name] = np.ascontiguousarray(np.moveaxis(t[name], 1, -1))
+        t["weights"] = np.ascontiguousarray(t["weights"].transpose(*range(2, 2 + r), 1, 0))
+    return t
 
 
 def batch_timer(fn: Callable[[], Any]) -> Callable[[], float]:
@@ -123,7 +135,7 @@ def torch_peer(shape: Shape, repeats: int) -> dict[str, Any]:
     conv_t = getattr(torch.nn.functional, f"conv_transpose{r}d")
     calls, err = {}, None
     for code, dtype, tdtype in (("bf16", ml_dtypes.bfloat16, torch.bfloat16), ("f32", np.float32, torch.float32)):
-        t = {k: torch.from_numpy(v.astype(np.float32)).to(tdtype) for k, v in tensors(shape, dtype).items()}
+        t = {k: torch.from_numpy(v.astype(np.float32)).to(tdtype) for k, v in tensors(shape, dtype, ncx=True).items()}
         if shape.op == "bwd_d":
             calls[code] = lambda t=t: conv(t["diff_dst"], t["weights"], stride=shape.stride)
         else:
@@ -132,9 +144,10 @@ def torch_peer(shape: Shape, repeats: int) -> dict[str, Any]:
             got = calls[code]().float().numpy().astype(np.float64)
         if code == "bf16":
             t64 = {k: v.float().numpy().astype(np.float64) for k, v in t.items()}
-            ref = (oc.reference.conv_transpose_backward_data(t64["diff_dst"], t64["weights"], **shape.attrs())
+            ncx = {"strides": shape.stride, "data_format": "NCX", "weights_format": "IOX"}
+            ref = (oc.reference.conv_transpose_backward_data(t64["diff_dst"], t64["weights"], **ncx)
                    if shape.op == "bwd_d" else
-                   oc.reference.conv_transpose(t64["src"], t64["weights"], t64["bias"], **shape.attrs()))
+                   oc.reference.conv_transpose(t64["src"], t64["weights"], t64["bias"], **ncx))
             err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
     with torch.no_grad():
         times = alternate(calls, repeats)
@@ -155,7 +168,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    rows = ["| shape | our lowering (bf16) | ours bf16 ms | ours f32 ms | bf16/f32 | torch bf16 ms | torch f32 ms | "
+    rows = ["| shape | our lowering (bf16) [guard] | ours bf16 ms | ours f32 ms | bf16/f32 | torch bf16 ms | torch f32 ms | "
             "ours bf16 / torch bf16 | torch bf16 error |", "|" + " --- |" * 9]
     isa = None
     for i, shape in enumerate(SHAPES):
@@ -172,7 +185,7 @@ def main() -> int:
                f"{o['bf16'] / o['f32']:.2f} | {tb} | {tf} | {ratio} | {err} |")
         rows.append(row)
         print(row, flush=True)
-    text = f"CPU ISA: {isa}; median of {args.repeats} alternating batches; NCX/IOX.\n\n" + "\n".join(rows) + "\n"
+    text = f"CPU ISA: {isa}; median of {args.repeats} alternating batches; PyTorch in NCX.\n\n" + "\n".join(rows) + "\n"
     if args.out:
         args.out.write_text(text)
     return 0

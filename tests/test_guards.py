@@ -78,18 +78,23 @@ def test_guards_apply_only_on_their_isas(monkeypatch):
 
 #: BackwardData problems of each route (NCX and NXC, IOX and XOI, groups, dilation)
 ROUTED = [
-    # stride = kernel in both dims: zero taps appended (native)
-    (Config(src=(5, 6), kernel=(2, 2), strides=2, ic=16, oc=24), "Convolution"),
+    # stride = kernel, no pads: the taps tile the output, one MatMul (matmul_tiles)
+    *(Config(src=(5, 6), kernel=(2, 2), strides=2, ic=16, oc=24, data_format=df, weights_format=wf)
+      for df in ("NCX", "NXC") for wf in ("IOX", "XOI")),
+    (Config(src=(3, 4, 2), kernel=(2, 1, 3), strides=(2, 1, 3), ic=8, oc=16, data_format="NXC"), "MatMul"),
+    (Config(src=(7,), kernel=(4,), strides=4, ic=16, oc=8, weights_format="XOI"), "MatMul"),
+    # with pads, dilation, groups or a stride-1 dim: zero taps appended (native Convolution)
+    (Config(src=(5, 6), kernel=(2, 2), strides=2, pads_begin=1, ic=16, oc=24), "Convolution"),
     (Config(src=(4, 5), kernel=(3, 2), strides=(3, 2), dilations=(2, 1), pads_begin=(1, 0), ic=8, oc=16,
             groups=2, data_format="NXC", weights_format="XOI"), "Convolution"),
     (Config(src=(3, 4, 3), kernel=(2, 3, 2), strides=(2, 1, 2), ic=8, oc=8, data_format="NXC"), "Convolution"),
+    (Config(src=(9,), kernel=(2,), strides=4, pads_end=1, ic=16, oc=8, data_format="NXC"), "Convolution"),
     # kernel 1, stride 3: appending taps would cost 16x: f32, by the op the rules pick
     (Config(src=(4, 5), kernel=(1, 1), strides=3, ic=16, oc=16, weights_format="XOI"),
      "ConvTransposeBackwardData (f32 emulation)"),
     (Config(src=(4, 5), kernel=(1, 1), strides=3, ic=16, oc=16, data_format="NXC"), "Convolution (f32 emulation)"),
-    # 1-D, stride above the kernel
-    (Config(src=(9,), kernel=(2,), strides=4, ic=16, oc=8, data_format="NXC"), "Convolution"),
 ]
+ROUTED = [r if isinstance(r, tuple) else (r, "MatMul") for r in ROUTED]
 
 
 @pytest.mark.parametrize(("cfg", "lowering"), ROUTED, ids=[str(c) for c, _ in ROUTED])
@@ -108,12 +113,14 @@ def test_stride_route_matches_the_reference(amx, cfg, lowering):
 def test_zero_taps_meet_infinity_without_nan(amx):
     """An Inf in diff_dst read only by an appended zero tap: the result is redone without
     the zero taps (0 * Inf would be NaN where the exact result is finite)."""
-    cfg = ROUTED[0][0]
+    cfg = Config(src=(5, 6), kernel=(2, 2), strides=2, pads_begin=1, ic=16, oc=24)
     t = cfg.tensors(np.random.default_rng(10), "bf16")
     dd = t["diff_dst"].copy()
-    dd[0, 0, 1, 1] = np.inf  # row 1, col 1: tap 1 of output 0 (kernel 2, stride 2)
+    # taps o*2 - 1 + j: row 1 and col 1 are the appended tap j = 2 of output 0
+    dd[0, 0, 1, 1] = np.inf
     op = oc.ConvTransposeBackwardData(**cfg.attrs(BWD_D))
     got = np.asarray(op(dd, t["weights"]), np.float64)
+    assert op.lowering == "Convolution" and op.guard is not None
     ref = cfg.ref_backward_data(dd, t["weights"])
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
@@ -132,13 +139,31 @@ def test_padding_only_route_and_strict(amx):
         assert_close(got, cfg.ref_backward_data(t["diff_dst"], t["weights"]), "bf16", cfg.bwd_data_reduction)
 
 
-def test_forward_through_the_library_deconvolution_is_routed(amx):
-    cfg = Config(src=(2, 6, 6), kernel=(2, 1, 3), strides=(2, 3, 4), bias=True, ic=32, oc=8, weights_format="XOI")
+FORWARD_ROUTED = [
+    # with bias, stride = kernel, no pads: the taps tile the output, one MatMul
+    *((Config(src=(5, 6), kernel=(2, 2), strides=2, ic=16, oc=24, bias=True, data_format=df, weights_format=wf),
+       "MatMul") for df in ("NCX", "NXC") for wf in ("IOX", "XOI")),
+    (Config(src=(3, 4, 2), kernel=(2, 1, 3), strides=(2, 1, 3), ic=8, oc=16, bias=True, data_format="NXC"),
+     "MatMul"),
+    # otherwise the library's deconvolution in f32
+    (Config(src=(2, 6, 6), kernel=(2, 1, 3), strides=(2, 3, 4), bias=True, ic=32, oc=8, weights_format="XOI"),
+     "ConvTranspose (f32 emulation)"),
+    (Config(src=(5, 6), kernel=(2, 2), strides=2, ic=16, oc=24, groups=2), "ConvTranspose (f32 emulation)"),
+]
+
+
+@pytest.mark.parametrize(("cfg", "lowering"), FORWARD_ROUTED, ids=[str(c) for c, _ in FORWARD_ROUTED])
+def test_forward_through_the_library_deconvolution_is_routed(amx, cfg, lowering):
     t = cfg.tensors(np.random.default_rng(12), "bf16")
+    bias = t["bias"] if cfg.bias else None
     op = oc.ConvTranspose(**cfg.attrs())
-    got = op(t["src"], t["weights"], t["bias"])
-    assert op.guard == "amx_stride_not_below_kernel" and op.lowering == "ConvTranspose (f32 emulation)"
-    assert_close(got, cfg.ref_forward(t["src"], t["weights"], t["bias"]), "bf16", cfg.fwd_reduction)
+    ref = cfg.ref_forward(t["src"], t["weights"], bias)
+    for got in (op(t["src"], t["weights"], bias), op(t["src"], t["weights"], bias)):
+        assert_close(got, ref, "bf16", cfg.fwd_reduction, str(cfg))
+    assert op.guard == "amx_stride_not_below_kernel" and op.lowering == lowering
+    out = np.empty(ref.shape, ml_dtypes.bfloat16)
+    assert op(t["src"], t["weights"], bias, out=out) is out
+    assert_close(out, ref, "bf16", cfg.fwd_reduction, str(cfg))
 
 
 def test_disabled_guards_route_nothing(amx, monkeypatch):

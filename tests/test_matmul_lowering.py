@@ -167,7 +167,7 @@ def test_f32_nxc_backward_data_with_small_kernels_matches_reference(k, s, pb, pe
         assert other.lowering != "MatMul"
     bf16 = oc.ConvTransposeBackwardData(**attrs)
     bf16(dd.astype(ml_dtypes.bfloat16), w.astype(ml_dtypes.bfloat16))
-    assert bf16.lowering != "MatMul"
+    assert bf16.lowering != "MatMul" or bf16.guard is not None  # a guard's MatMul (AMX, stride = kernel)
 
 
 def test_inverse_stft_like_layer_bf16_and_out():

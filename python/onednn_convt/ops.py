@@ -28,6 +28,7 @@ from . import (
     lowerings,
     matmul_backward_weights,
     matmul_lowering,
+    matmul_tiles,
     schema,
     shapes,
 )
@@ -621,10 +622,14 @@ class ConvTranspose(_WeightsOp):
             return Lowering(kind, attrs, inputs, out_shape, weights_arg=1)
         attrs = self._library_attrs(geometry)
         attrs["output_padding"] = list(op)
-        guard = None
-        if guards.stride_not_below_kernel(dtypes.code_of(src.dtype) or "", kernel, s):
-            guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name  # the library's kernel fails: f32
-        return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1, f32_only=guard is not None, guard=guard)
+        if not guards.stride_not_below_kernel(dtypes.code_of(src.dtype) or "", kernel, s):
+            return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1)
+        # the library's deconvolution fails here: its taps tiling the output, a MatMul, else f32
+        guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
+        if matmul_tiles.applies(kernel, *geometry, g, op):
+            parts = matmul_tiles.conv_transpose(src.shape, kernel, o, a["data_format"], a["weights_format"])
+            return Lowering("MatMul", inputs=inputs, out_shape=out_shape, guard=guard, **parts)
+        return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1, f32_only=True, guard=guard)
 
 
 class ConvTransposeBackwardData(_WeightsOp):
@@ -704,6 +709,10 @@ class ConvTransposeBackwardData(_WeightsOp):
             return self._guarded_convolution(guards.AMX_PADDING_ONLY_OUTPUTS, geometry, conv_format, out_shape)
         dims = guards.stride_not_below_kernel(code, kernel, geometry[0])
         if dims:  # both library lowerings below reach the AMX kernels that fail here
+            if matmul_tiles.applies(kernel, *geometry, g) and all(y == x * k for x, y, k in zip(xs, ys, kernel)):
+                parts = matmul_tiles.conv_transpose_backward_data(dd.shape, kernel, i, a["data_format"], a["weights_format"])
+                guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
+                return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, guard=guard, **parts)
             grown = lowerings.padded_kernel(kernel, geometry[0], dims)
             return self._guarded_convolution(
                 guards.AMX_STRIDE_NOT_BELOW_KERNEL, geometry, conv_format, out_shape, kernel, grown, i * o

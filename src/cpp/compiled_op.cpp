@@ -84,15 +84,24 @@ std::string find_string(const Attrs &attrs, const char *name, const char *fallba
 // then accepts inconsistent problems (a pads_end of 2^62 passes its consistency check).
 constexpr int64_t kMaxValue = (int64_t{1} << 31) - 1;
 
-// MatMul [batch..., M, K] x [K, N] -> [batch..., M, N], no attributes.
+// MatMul [batch..., M, K] x [K, N] or [M, K] x [batch..., K, N] -> [batch..., M, N] (the
+// 2-D operand broadcast over the batch), plus an optional bias [N]; no attributes.
 void check_matmul(const OpSpec &s) {
     const std::string &k = s.kind;
-    if (s.inputs.size() != 2 || !s.attrs.empty()) invalid(k, "takes two inputs and no attributes");
+    if (s.inputs.size() < 2 || s.inputs.size() > 3 || !s.attrs.empty())
+        invalid(k, "takes two inputs (and a bias) and no attributes");
+    if (s.inputs.size() == 3 && (s.inputs[2].shape.size() != 1 || s.inputs[2].strides.size() != 1 ||
+                                 s.output.shape.empty() || s.inputs[2].shape[0] != s.output.shape.back()))
+        invalid(k, "bias must be 1-D with one value per output column");
     const Dims &a = s.inputs[0].shape, &b = s.inputs[1].shape, &c = s.output.shape;
-    if (a.size() < 2 || b.size() != 2 || c.size() != a.size()) invalid(k, "unsupported ranks");
+    if (a.size() < 2 || b.size() < 2 || (a.size() > 2 && b.size() > 2) || c.size() != std::max(a.size(), b.size()))
+        invalid(k, "unsupported ranks");
     for (const auto *t : {&s.inputs[0], &s.inputs[1], &s.output})
         if (t->shape.size() != t->strides.size()) invalid(k, "shape and strides differ in length");
-    if (a.back() != b[0] || c.back() != b[1] || !std::equal(a.begin(), a.end() - 1, c.begin()))
+    const Dims &batched = a.size() > 2 ? a : b;
+    const size_t r = c.size();
+    if (a.back() != b[b.size() - 2] || c[r - 2] != a[a.size() - 2] || c[r - 1] != b.back() ||
+        !std::equal(batched.begin(), batched.end() - 2, c.begin()))
         invalid(k, "shapes do not multiply");
 }
 
