@@ -185,3 +185,44 @@ def test_info_names_the_dispatched_isa_and_its_guards(level, expected):
     if isa != level.lower():
         pytest.skip(f"this CPU lacks {level}")
     assert names == expected
+
+
+def tiles_configs(count: int, seed: int) -> list[Config]:
+    """Random problems whose taps tile the output (stride = kernel, no pads, groups 1)."""
+    rng = np.random.default_rng(seed)
+    pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731
+    found = []
+    for _ in range(count):
+        rank = pick((1, 2, 3))
+        kernel = tuple(pick((1, 2, 3, 4)) for _ in range(rank))
+        if max(kernel) == 1:
+            kernel = (2, *kernel[1:])
+        found.append(Config(
+            src=tuple(pick((1, 2, 3, 5, 8)) for _ in range(rank)), kernel=kernel, strides=kernel,
+            n=pick((1, 2)), ic=pick((3, 8, 16, 40)), oc=pick((1, 8, 24, 64)), bias=pick((False, True)),
+            data_format=pick(("NCX", "NXC")), weights_format=pick(("IOX", "XOI")),
+        ))
+    return found
+
+
+@pytest.mark.parametrize("code", ["bf16", "f32"])
+@pytest.mark.parametrize("cfg", tiles_configs(24, 21), ids=str)
+def test_tiles_matmul_matches_the_reference(amx, cfg, code, monkeypatch):
+    """Both ops as the tiles MatMul (f32 too, the guard made to apply to it: the layout
+    code is the same), first call, repeated and out=, against the reference."""
+    monkeypatch.setitem(guards.AMX_STRIDE_NOT_BELOW_KERNEL.isas, "f32", guards.AMX)
+    t = cfg.tensors(np.random.default_rng(22), code)
+    bias = t["bias"] if cfg.bias else None
+    for op, args, ref, reduction in (
+        (oc.ConvTranspose(**cfg.attrs()), (t["src"], t["weights"], bias),
+         cfg.ref_forward(t["src"], t["weights"], bias), cfg.fwd_reduction),
+        (oc.ConvTransposeBackwardData(**cfg.attrs(BWD_D)), (t["diff_dst"], t["weights"]),
+         cfg.ref_backward_data(t["diff_dst"], t["weights"]), cfg.bwd_data_reduction),
+    ):
+        out = np.full(ref.shape, np.nan, t["src"].dtype)
+        for got in (op(*args), op(*args), op(*args, out=out)):
+            assert_close(got, ref, code, reduction, f"{op!r} {cfg}")
+        if isinstance(op, oc.ConvTranspose) and not cfg.bias:  # ConvolutionBackwardData: not guarded
+            assert op.lowering == "ConvolutionBackwardData" and op.guard is None
+        else:
+            assert op.lowering == "MatMul" and op.guard == "amx_stride_not_below_kernel"
