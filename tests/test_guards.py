@@ -89,10 +89,17 @@ ROUTED = [
             groups=2, data_format="NXC", weights_format="XOI"), "Convolution"),
     (Config(src=(3, 4, 3), kernel=(2, 3, 2), strides=(2, 1, 2), ic=8, oc=8, data_format="NXC"), "Convolution"),
     (Config(src=(9,), kernel=(2,), strides=4, pads_end=1, ic=16, oc=8, data_format="NXC"), "Convolution"),
-    # kernel 1, stride 3: appending taps would cost 16x: f32, by the op the rules pick
-    (Config(src=(4, 5), kernel=(1, 1), strides=3, ic=16, oc=16, weights_format="XOI"),
+    # kernel 1, no pads_begin: every s-th row of diff_dst, stride 1 (native, the rules' op)
+    (Config(src=(4, 5), kernel=(1, 1), strides=3, ic=16, oc=16, weights_format="XOI"), "ConvTransposeBackwardData"),
+    (Config(src=(4, 5), kernel=(1, 1), strides=3, pads_end=(0, 1), output_padding=(2, 1), ic=16, oc=16,
+            data_format="NXC"), "Convolution"),
+    (Config(src=(3, 4, 3), kernel=(1, 3, 1), strides=(2, 2, 4), ic=8, oc=24), "ConvTransposeBackwardData"),
+    # kernel 1 with stride 3 beside kernel 2 with stride 3 and a pad: zero taps would cost
+    # 4 * 2 = 8x: f32, by the op the rules pick
+    (Config(src=(4, 5), kernel=(1, 2), strides=3, pads_begin=(0, 1), ic=16, oc=16, weights_format="XOI"),
      "ConvTransposeBackwardData (f32 emulation)"),
-    (Config(src=(4, 5), kernel=(1, 1), strides=3, ic=16, oc=16, data_format="NXC"), "Convolution (f32 emulation)"),
+    (Config(src=(4, 5), kernel=(1, 2), strides=3, pads_begin=(0, 1), ic=16, oc=16, data_format="NXC"),
+     "Convolution (f32 emulation)"),
 ]
 ROUTED = [r if isinstance(r, tuple) else (r, "MatMul") for r in ROUTED]
 

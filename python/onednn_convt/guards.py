@@ -74,9 +74,10 @@ AMX_STRIDE_NOT_BELOW_KERNEL = Guard(
         "as the library's deconvolution (with bias or groups: jit_deconvolution:avx512_core_amx)"
     ),
     route=(
-        "BackwardData: a Convolution over the weights with zero taps appended (kernel s + 1 "
-        "along those dims, pads_end grown to match), native, where that costs at most 2.5x the "
-        "multiply-adds, else f32; ConvTranspose: f32"
+        "where the taps tile the output (stride = kernel, no pads, groups 1): one MatMul "
+        "(matmul_tiles); else BackwardData: a Convolution over the weights with zero taps "
+        "appended (kernel s + 1 along those dims, pads_end grown to match), native, where that "
+        "costs at most 2.5x the multiply-adds; else f32"
     ),
     evidence=(
         "Intel Xeon (Sapphire Rapids, AMX-BF16), 2 threads: 10,000 unguarded bf16 problems, "

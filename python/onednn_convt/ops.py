@@ -185,11 +185,14 @@ def _fixed_view(a: np.ndarray) -> Optional[Callable[[np.ndarray], np.ndarray]]:
     """How to present ``a`` to oneDNN: None as it is, or a function giving a usable array.
 
     Size-1 dimensions may have any stride in NumPy (0 after ``x[None]``); a view with a
-    positive stride there costs nothing. Negative or zero strides on longer dimensions and
-    misaligned data are copied (into an aligned C-contiguous array): oneDNN cannot describe them.
+    positive stride there costs nothing. Negative or zero strides on longer dimensions,
+    strides that do not nest (each dimension's step at least the extent of the ones with
+    smaller steps: ``x[:, :, ::3, ::3]`` of an NCX array breaks it, and oneDNN refused such
+    a view with invalid_arguments) and misaligned data are copied (into an aligned
+    C-contiguous array): oneDNN cannot describe them.
     """
     strides = _element_strides(a)
-    if strides is None:
+    if strides is None or not _non_overlapping(a):
         return _aligned_copy
     if all(s > 0 for s in strides):
         return None
@@ -709,6 +712,8 @@ class ConvTransposeBackwardData(_WeightsOp):
             return self._guarded_convolution(guards.AMX_PADDING_ONLY_OUTPUTS, geometry, conv_format, out_shape)
         dims = guards.stride_not_below_kernel(code, kernel, geometry[0])
         if dims:  # both library lowerings below reach the AMX kernels that fail here
+            if all(kernel[d] == 1 and geometry[2][d] == 0 for d in dims):
+                return self._subsampled_lowering(dims, geometry, conv_format, out_shape, xs, dd.shape)
             if matmul_tiles.applies(kernel, *geometry, g) and all(y == x * k for x, y, k in zip(xs, ys, kernel)):
                 parts = matmul_tiles.conv_transpose_backward_data(dd.shape, kernel, i, a["data_format"], a["weights_format"])
                 guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
@@ -727,6 +732,36 @@ class ConvTransposeBackwardData(_WeightsOp):
             return Lowering(kind, attrs, (0, 1), out_shape, weights_arg=1)
         attrs = self._library_attrs(geometry, conv_format)
         return Lowering("Convolution", attrs, (0, 1), out_shape, weights_arg=1)
+
+    def _subsampled_lowering(
+        self, dims: tuple[int, ...], geometry: Any, conv_format: str, out_shape: tuple[int, ...],
+        xs: tuple[int, ...], dd_shape: tuple[int, ...],
+    ) -> Lowering:
+        """BackwardData whose guarded dims all have kernel 1 and no pads_begin: output ``i``
+        reads diff_dst row ``s*i`` alone, so the op over the view of every ``s``-th row
+        (the first ``x`` of them) with stride 1 there is the same (no copy, native kernels;
+        stride 1 is outside :data:`guards.AMX_STRIDE_NOT_BELOW_KERNEL`)."""
+        s, d, pb, pe = (list(v) for v in geometry)
+        offset = 2 if self.attrs["data_format"] == "NCX" else 1
+        index: list[Any] = [slice(None)] * len(out_shape)
+        for i in dims:
+            index[offset + i] = slice(0, s[i] * (xs[i] - 1) + 1, s[i])
+            s[i], pe[i] = 1, 0
+        rows = tuple(index)
+
+        def subsample(args: list[np.ndarray]) -> list[np.ndarray]:
+            # a compact copy (oneDNN cannot describe the view's strides; NumPy copies bf16
+            # element by element, its same-size integers in bulk)
+            dd = args[0]
+            return [np.ascontiguousarray(dd.view(f"u{dd.itemsize}")[rows]).view(dd.dtype), args[1]]
+
+        low = self._unguarded_lowering((tuple(s), tuple(d), tuple(pb), tuple(pe)), conv_format, out_shape)
+        copied = list(dd_shape)
+        for i in dims:
+            copied[offset + i] = xs[i]
+        return replace(
+            low, prepare=subsample, prepared_elems=math.prod(copied), guard=guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
+        )
 
     def _guarded_convolution(
         self, guard: guards.Guard, geometry: Any, conv_format: str, out_shape: tuple[int, ...],
