@@ -44,8 +44,9 @@ ISA_LEVELS = {
     "AVX512_CORE_FP16": "avx512_core_fp16",
     "AVX512_CORE_AMX": "avx512_core_amx",
 }
-#: (level, problems run, failures) of each scan run in this pytest session (conftest prints it)
-COVERAGE: list[tuple[str, int, int]] = []
+#: (level, problems run, of them native, failures) of each scan in this pytest session
+#: (conftest prints it)
+COVERAGE: list[tuple[str, int, int, int]] = []
 #: multiply-adds per problem at most: keeps one problem (reference included) near 50 ms
 MAX_MACS = 6_000_000
 
@@ -136,14 +137,21 @@ def _call(problem: Problem) -> tuple[Callable[..., Any], tuple[Any, ...], np.nda
     return op, (t["src"], t["diff_dst"]), ref, cfg.bwd_weights_reduction
 
 
-def check(problem: Problem) -> Optional[str]:
-    """None if the three calls of ``problem`` match the reference, else what went wrong."""
+def check(problem: Problem) -> tuple[Optional[str], bool]:
+    """(None if the three calls of ``problem`` match the reference, else what went wrong;
+    whether the calls ran on the dtype's own kernels, not emulated in f32)."""
     op, args, ref, reduction = _call(problem)
+    error = _compare(op, args, ref, problem.code, reduction)
+    plan = op.last_plan
+    return error, plan is not None and not plan.emulated
+
+
+def _compare(op: Any, args: tuple[Any, ...], ref: np.ndarray, code: str, reduction: int) -> Optional[str]:
     scale = float(np.max(np.abs(ref))) or 1.0
-    limit = tolerance(problem.code, reduction)
+    limit = tolerance(code, reduction)
     for what in ("first call", "second call", "out= call"):
         if what == "out= call":
-            out = np.full(ref.shape, np.nan, DTYPES[problem.code])
+            out = np.full(ref.shape, np.nan, DTYPES[code])
             got = op(*args, out=out)
             if got is not out:
                 return "out= call returned another array"
@@ -176,17 +184,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.only is not None and i != args.only:
             continue
         print(json.dumps({"start": i, "problem": problem.to_json()}), flush=True)
-        print(json.dumps({"ok": i, "error": check(problem)}), flush=True)
+        error, native = check(problem)
+        print(json.dumps({"ok": i, "error": error, "native": native}), flush=True)
     return 0
 
 
 @dataclass
 class BatchResult:
-    """What one scan process reported: the ISA it ran on, problems run, the failures (a
-    description of each, a crash included) and the exit status."""
+    """What one scan process reported: the ISA it ran on, problems run, how many of them on
+    the dtype's own kernels (not emulated in f32), the failures (a description of each, a
+    crash included) and the exit status."""
 
     isa: Optional[str]
     ran: int
+    native: int
     failures: list[str]
     returncode: int
 
@@ -219,7 +230,8 @@ def run_batch(
         lost = [i for i in started if i not in done]
         where = started[lost[0]].describe() if lost else "before the first problem"
         failures.append(f"process died (status {rc}) in {where}; stderr: {stderr.strip()[-300:]}; rerun with {repro}")
-    return BatchResult(isa_seen, len(done), failures, rc)
+    native = sum(1 for x in lines if x.get("native"))
+    return BatchResult(isa_seen, len(done), native, failures, rc)
 
 
 if __name__ == "__main__":
