@@ -34,7 +34,7 @@ class Shape:
     op: str  # "bwd_d" or "fwd"
     src: tuple[int, ...]  # forward src spatial
     kernel: tuple[int, ...]
-    stride: int
+    stride: int | tuple[int, ...]
     n: int
     ic: int
     oc: int
@@ -46,7 +46,8 @@ class Shape:
                 "weights_format": "XOI" if self.nxc else "IOX"}
 
     def dst(self) -> tuple[int, ...]:
-        return tuple(self.stride * (x - 1) + k for x, k in zip(self.src, self.kernel))
+        strides = self.stride if isinstance(self.stride, tuple) else (self.stride,) * len(self.src)
+        return tuple(s * (x - 1) + k for x, k, s in zip(self.src, self.kernel, strides))
 
 
 SHAPES = [
@@ -55,6 +56,7 @@ SHAPES = [
     Shape("unet2d k2s2 bwd_d (wide)", "bwd_d", (16, 16), (2, 2), 2, 8, 512, 256),
     Shape("unet3d k2s2 bwd_d", "bwd_d", (8, 16, 16), (2, 2, 2), 2, 2, 64, 32),
     Shape("1x1 s2 bwd_d", "bwd_d", (32, 32), (1, 1), 2, 8, 128, 128),
+    Shape("issue 3-D k1x2x3 s3x2x3 bwd_d", "bwd_d", (6, 2, 4), (1, 2, 3), (3, 2, 3), 2, 48, 96),
     Shape("audio 1-D k4s4 bwd_d", "bwd_d", (1024,), (4,), 4, 4, 256, 128),
     Shape("unet2d k2s2 fwd+bias", "fwd", (32, 32), (2, 2), 2, 8, 128, 64, bias=True),
     Shape("unet2d k2s2 fwd+bias NXC/XOI", "fwd", (32, 32), (2, 2), 2, 8, 128, 64, bias=True, nxc=True),

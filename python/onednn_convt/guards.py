@@ -70,12 +70,14 @@ AMX_STRIDE_NOT_BELOW_KERNEL = Guard(
     isas={"bf16": AMX, "f16": frozenset({"avx512_core_amx_fp16"})},
     condition=(
         "a spatial dim whose stride is > 1 and >= its kernel, in BackwardData (oneDNN's "
-        "forward convolution on AMX, brgconv:avx512_core_amx) and in a ConvTranspose that runs "
-        "as the library's deconvolution (with bias or groups: jit_deconvolution:avx512_core_amx)"
+        "forward convolution on AMX, brgconv:avx512_core_amx) and in ConvTranspose (its "
+        "backward-data kernel jit:avx512_core_amx, also inside jit_deconvolution:avx512_core_amx)"
     ),
     route=(
-        "where the taps tile the output (stride = kernel, no pads, groups 1): one MatMul "
-        "(matmul_tiles); else BackwardData: a Convolution over the weights with zero taps "
+        "BackwardData whose guarded dims have kernel 1 and no pads_begin: every s-th row of "
+        "diff_dst with stride 1 there (native); where the taps tile the output (stride = "
+        "kernel, no pads, groups 1): one MatMul (matmul_tiles); else BackwardData: a "
+        "Convolution over the weights with zero taps "
         "appended (kernel s + 1 along those dims, pads_end grown to match), native, where that "
         "costs at most 2.5x the multiply-adds; else f32"
     ),
@@ -84,8 +86,9 @@ AMX_STRIDE_NOT_BELOW_KERNEL = Guard(
         "BackwardData wrong (errors of 0.2x to 1e36x the output's scale) or a segfault / "
         "free(): invalid size in 2.4% of those with a depth/height stride > kernel, 0.2% of "
         "those with stride >= kernel elsewhere (1-D and width included), 0 of 526 with every "
-        "stride < kernel; ConvTranspose returned uninitialized values (1e36) on a repeated "
-        "call in 2 of about 8,000 (3-D, NCX, bias, stride >= kernel). oneDNN v3.13 fixed one cause (PR #5494: brgemm_convolution_fwd_t "
+        "stride < kernel; ConvTranspose returned uninitialized values (1e35-1e36) in 3 of "
+        "about 11,000 (3-D, NCX, stride >= kernel; with bias through the library's "
+        "deconvolution, without it through ConvolutionBackwardData). oneDNN v3.13 fixed one cause (PR #5494: brgemm_convolution_fwd_t "
         "sized its input buffer with min(kernel, stride)); present in 3.2 and 3.12"
     ),
 )

@@ -618,21 +618,21 @@ class ConvTranspose(_WeightsOp):
             return Lowering(
                 "Convolution", attrs, inputs, out_shape, prepare=flip_weights, prepared_elems=w.size, weights_arg=1
             )
+        # oneDNN's AMX backward-data kernel, which both library lowerings below run, fails
+        # here: where the taps tile the output, a MatMul over them; else f32
+        guarded = bool(guards.stride_not_below_kernel(dtypes.code_of(src.dtype) or "", kernel, s))
+        guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name if guarded else None
+        if guarded and matmul_tiles.applies(kernel, *geometry, g, op):
+            parts = matmul_tiles.conv_transpose(src.shape, kernel, o, a["data_format"], a["weights_format"])
+            return Lowering("MatMul", inputs=inputs, out_shape=out_shape, guard=guard, **parts)
         if kind == lowerings.CONVOLUTION_BACKWARD_DATA:
             # the backward-data of the convolution this op transposes, on the same weights memory
             attrs = self._library_attrs(geometry, "OIX" if a["weights_format"] == "IOX" else "XIO")
             attrs["dst_shape"] = list(out_shape)
-            return Lowering(kind, attrs, inputs, out_shape, weights_arg=1)
-        attrs = self._library_attrs(geometry)
-        attrs["output_padding"] = list(op)
-        if not guards.stride_not_below_kernel(dtypes.code_of(src.dtype) or "", kernel, s):
-            return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1)
-        # the library's deconvolution fails here: its taps tiling the output, a MatMul, else f32
-        guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
-        if matmul_tiles.applies(kernel, *geometry, g, op):
-            parts = matmul_tiles.conv_transpose(src.shape, kernel, o, a["data_format"], a["weights_format"])
-            return Lowering("MatMul", inputs=inputs, out_shape=out_shape, guard=guard, **parts)
-        return Lowering("ConvTranspose", attrs, inputs, out_shape, weights_arg=1, f32_only=True, guard=guard)
+        else:
+            attrs = self._library_attrs(geometry)
+            attrs["output_padding"] = list(op)
+        return Lowering(kind, attrs, inputs, out_shape, weights_arg=1, f32_only=guarded, guard=guard)
 
 
 class ConvTransposeBackwardData(_WeightsOp):
