@@ -738,9 +738,9 @@ class ConvTransposeBackwardData(_WeightsOp):
         xs: tuple[int, ...], dd_shape: tuple[int, ...],
     ) -> Lowering:
         """BackwardData whose guarded dims all have kernel 1 and no pads_begin: output ``i``
-        reads diff_dst row ``s*i`` alone, so the op over the view of every ``s``-th row
-        (the first ``x`` of them) with stride 1 there is the same (no copy, native kernels;
-        stride 1 is outside :data:`guards.AMX_STRIDE_NOT_BELOW_KERNEL`)."""
+        reads diff_dst row ``s*i`` alone, so the op over every ``s``-th row (the first ``x``
+        of them, copied compactly) with stride 1 there is the same: native kernels, as
+        stride 1 is outside :data:`guards.AMX_STRIDE_NOT_BELOW_KERNEL`."""
         s, d, pb, pe = (list(v) for v in geometry)
         offset = 2 if self.attrs["data_format"] == "NCX" else 1
         index: list[Any] = [slice(None)] * len(out_shape)
