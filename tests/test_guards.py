@@ -186,12 +186,17 @@ def test_disabled_guards_route_nothing(amx, monkeypatch):
         guards.set_enabled(True)
 
 
-@pytest.mark.parametrize(("level", "expected"), [("AVX2", []), ("AVX512_CORE_BF16", ["bf16_backward_weights_short_src"])])
+@pytest.mark.parametrize(("level", "expected"), [
+    ("AVX2", []),
+    ("AVX512_CORE_BF16", ["bf16_backward_weights_short_src"]),
+    ("AVX512_CORE_AMX", ["amx_stride_not_below_kernel", "amx_padding_only_outputs", "bf16_backward_weights_short_src"]),
+])
 def test_info_names_the_dispatched_isa_and_its_guards(level, expected):
-    code = "import json, onednn_convt as oc; i = oc.info(); print(json.dumps([i['cpu_isa'], [g['name'] for g in i['guards']]]))"
+    code = "import json, onednn_convt as oc; i = oc.info(); print(json.dumps([i['cpu_isa'], [g['name'] for g in i['guards']], i['rules_measured_on']]))"
     env = {"ONEDNN_MAX_CPU_ISA": level, "PATH": "", "OMP_WAIT_POLICY": "PASSIVE"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    isa, names = json.loads(out.stdout)
+    isa, names, measured_on = json.loads(out.stdout)
+    assert measured_on == "avx512_core_bf16"
     if isa != level.lower():
         pytest.skip(f"this CPU lacks {level}")
     assert names == expected

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _core, dtypes, guards
+from . import _core, dtypes, guards, lowerings
 from .errors import UnsupportedError
 
 _RUNTIMES = {1: "sequential", 2: "OpenMP", 4: "TBB", 8: "threadpool"}
@@ -62,7 +62,8 @@ def dtype_support() -> dict[str, dict[str, str]]:
 def info() -> dict[str, Any]:
     """oneDNN version and commit, library path, CPU runtime, the ISA oneDNN dispatches to
     (``ONEDNN_MAX_CPU_ISA`` honoured), threads, dtype support, the guards active on that ISA
-    (:mod:`onednn_convt.guards`) and the compile cache counters."""
+    (:mod:`onednn_convt.guards`), the ISA the lowering rules were measured on
+    (:mod:`onednn_convt.lowerings`) and the compile cache counters."""
     from . import LIBDNNL_PATH
 
     v = _core.version()
@@ -75,6 +76,7 @@ def info() -> dict[str, Any]:
         "threads": omp_max_threads(),
         "dtypes": dtype_support(),
         "guards": guards.report(),
+        "rules_measured_on": lowerings.RULES_MEASURED_ON,
         "cache": cache_info(),
     }
 

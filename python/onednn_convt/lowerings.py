@@ -52,6 +52,11 @@ import numpy as np
 
 from . import shapes
 
+#: the dispatch ISA on which the rules below were measured (an AMD Zen4, 2 threads): on
+#: another ISA they still compute the same results (tests/test_isa_matrix.py checks every
+#: level), but which lowering is fastest there has not been measured; info() reports it
+RULES_MEASURED_ON = "avx512_core_bf16"
+
 CONVOLUTION = "Convolution"
 CONV_TRANSPOSE = "ConvTranspose"
 CONV_TRANSPOSE_BACKWARD_DATA = "ConvTransposeBackwardData"
