@@ -23,9 +23,11 @@ def pytest_report_header(config):  # noqa: ARG001 - pytest hook signature
 
 def pytest_terminal_summary(terminalreporter):
     """Which CPU ISA levels the ISA matrix (test_isa_matrix.py) covered in this run."""
-    from isa_scan import COVERAGE
+    from isa_scan import COVERAGE, COVERAGE_FILES
 
-    if COVERAGE:
+    if COVERAGE or COVERAGE_FILES:
         terminalreporter.section("CPU ISA levels covered")
         for level, ran, native, failed in COVERAGE:
             terminalreporter.write_line(f"{level}: {ran} random problems ({native} on native kernels), {failed} failed")
+        for level, summary in COVERAGE_FILES:
+            terminalreporter.write_line(f"{level}: differential test files: {summary}")

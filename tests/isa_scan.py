@@ -47,6 +47,8 @@ ISA_LEVELS = {
 #: (level, problems run, of them native, failures) of each scan in this pytest session
 #: (conftest prints it)
 COVERAGE: list[tuple[str, int, int, int]] = []
+#: (level, the child pytest's summary line) of each differential-file run (test_isa_matrix)
+COVERAGE_FILES: list[tuple[str, str]] = []
 #: multiply-adds per problem at most: keeps one problem (reference included) near 50 ms
 MAX_MACS = 6_000_000
 

@@ -11,8 +11,9 @@ end of the run lists the levels covered.
   one process each, so a crash is a failure that names the problem. ``SCAN_PROBLEMS`` per
   level in the default run, ``SLOW_SCAN_PROBLEMS`` with ``-m slow``, of which at least
   ``SLOW_NATIVE`` on native kernels (not bf16/f16 emulated in f32).
-- :func:`test_differential_suite` (slow): the reference-comparison test files, whole,
-  under each level.
+- :func:`test_differential_suite`: the reference-comparison test files, whole, under each
+  level; under AVX2 that also runs the tests that need an emulated dtype, which skip on a
+  CPU with native bf16 and f16.
 """
 
 from __future__ import annotations
@@ -23,15 +24,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from isa_scan import COVERAGE, ISA_LEVELS, run_batch
+from isa_scan import COVERAGE, COVERAGE_FILES, ISA_LEVELS, run_batch
 
 HERE = Path(__file__).resolve().parent
 SCAN_PROBLEMS = 600
 SLOW_SCAN_PROBLEMS = 9300  # 93 batches of 100, 33 f32 problems in each: 3,069 native under AVX2
 SLOW_NATIVE = 3000
 BATCH = 100
-#: the test files that compare every op, dtype and layout with the reference
-DIFFERENTIAL_FILES = ("test_forward.py", "test_backward_data.py", "test_backward_weights.py", "test_dtypes.py")
+#: the test files that compare every op, dtype and layout with the reference, and those
+#: whose tests need an emulated dtype (skipped on a CPU with native bf16 and f16; under the
+#: AVX2 cap both are emulated, so they run there)
+DIFFERENTIAL_FILES = (
+    "test_forward.py", "test_backward_data.py", "test_backward_weights.py", "test_dtypes.py",
+    "test_emulated_fast_path.py", "test_numerics.py", "test_memory.py", "test_conformance_report.py",
+)
 
 
 def _env(level: str) -> dict[str, str]:
@@ -84,9 +90,9 @@ def test_random_scan_many(level):
     scan(level, SLOW_SCAN_PROBLEMS, 100_000 + 10_000 * list(ISA_LEVELS).index(level), SLOW_NATIVE)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("level", list(ISA_LEVELS))
 def test_differential_suite(level):
+    """The files, whole, in a child pytest capped at ``level`` (a few seconds each)."""
     require(level)
     files = [str(HERE / f) for f in DIFFERENTIAL_FILES]
     proc = subprocess.run(
@@ -94,3 +100,5 @@ def test_differential_suite(level):
         env=_env(level), capture_output=True, text=True, check=False, cwd=HERE.parent,
     )
     assert proc.returncode == 0, f"under {level}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
+    summary = proc.stdout.strip().splitlines()[-1]
+    COVERAGE_FILES.append((level, summary))
