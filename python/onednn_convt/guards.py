@@ -88,8 +88,9 @@ AMX_STRIDE_NOT_BELOW_KERNEL = Guard(
         "those with stride >= kernel elsewhere (1-D and width included), 0 of 526 with every "
         "stride < kernel; ConvTranspose returned uninitialized values (1e35-1e36) in 3 of "
         "about 11,000 (3-D, NCX, stride >= kernel; with bias through the library's "
-        "deconvolution, without it through ConvolutionBackwardData). oneDNN v3.13 fixed one cause (PR #5494: brgemm_convolution_fwd_t "
-        "sized its input buffer with min(kernel, stride)); present in 3.2 and 3.12"
+        "deconvolution, without it through ConvolutionBackwardData). oneDNN v3.13 fixed one "
+        "cause (PR #5494: brgemm_convolution_fwd_t sized its input buffer with "
+        "min(kernel, stride)); present in 3.2 and 3.12"
     ),
 )
 
@@ -139,11 +140,13 @@ def active(guard: Guard, code: str) -> bool:
 
 def report() -> list[dict[str, object]]:
     """The guards active in this process, with the dtypes they cover (for ``info()``)."""
+    if not _enabled:
+        return []
     isa = dispatch_isa()
     rows: list[dict[str, object]] = []
     for g in GUARDS:
         codes = sorted(c for c, isas in g.isas.items() if isa in isas)
-        if codes and _enabled:
+        if codes:
             rows.append({"name": g.name, "dtypes": codes, "condition": g.condition, "route": g.route,
                          "evidence": g.evidence})
     return rows
@@ -151,9 +154,9 @@ def report() -> list[dict[str, object]]:
 
 def stride_not_below_kernel(code: str, kernel: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
     """The spatial dims (indices) that make a call in dtype ``code`` a case of
-    :data:`AMX_STRIDE_NOT_BELOW_KERNEL` (BackwardData, or a ConvTranspose run as the
-    library's deconvolution): stride > 1 and stride >= kernel. Empty where the guard is
-    inactive."""
+    :data:`AMX_STRIDE_NOT_BELOW_KERNEL` (BackwardData, or a ConvTranspose run by either
+    library lowering, ConvolutionBackwardData or the deconvolution): stride > 1 and
+    stride >= kernel. Empty where the guard is inactive."""
     if not active(AMX_STRIDE_NOT_BELOW_KERNEL, code):
         return ()
     return tuple(i for i, (k, s) in enumerate(zip(kernel, strides)) if s > 1 and s >= k)

@@ -12,11 +12,13 @@ the same products as the convolution, no zero taps, no overlap. Guarded problems
 this way (guards.AMX_STRIDE_NOT_BELOW_KERNEL): oneDNN 3.2's AMX convolution kernels fail
 with stride >= kernel, its MatMul does not (tests/test_guards.py, the ISA scan).
 
-As in :mod:`onednn_convt.matmul_lowering`, the product is oriented so that the weights are
-read as stored: IOX weights are (IC, OC*K), taps inner; XOI weights are (K*OC, IC), taps
-outer; the activations are laid out to match, in one permuting copy per side. (Activations
-always as the rows, with the weights read through a transposed view, measured 1.3-2.3x
-slower on the U-Net layers of benchmarks/guards.py.)
+As in :mod:`onednn_convt.matmul_lowering`, the product is mostly oriented so that the
+weights are read as stored: IOX weights are (IC, OC*K), taps inner; XOI weights are
+(K*OC, IC), taps outer; the activations are laid out to match, in one permuting copy per
+side. (Activations always as the rows, with the weights read through a transposed view,
+measured 1.3-2.3x slower on the U-Net BackwardData layers of benchmarks/guards.py.) The
+exception is the forward with XOI weights in NXC, which reads the (small) weights transposed
+so that its result's channel axis is already innermost for dst (1.7x faster there).
 """
 
 from __future__ import annotations
