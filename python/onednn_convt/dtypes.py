@@ -87,3 +87,23 @@ def all_finite(a: np.ndarray) -> bool:
     if code in ("bf16", "f16") and a.flags.c_contiguous and a.flags.aligned:
         return bool(_core.all_finite(a, code))
     return bool(np.isfinite(a).all())
+
+
+#: DLPack type (code, bits) -> NumPy dtype, for arrays taken through DLPack (interop.py).
+#: Codes: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool. Only the float types above reach the
+#: ops; the rest are read so that a wrong dtype gets the ops' usual TypeError.
+DLPACK_DTYPES: dict[tuple[int, int], np.dtype[Any]] = {
+    (2, 32): FLOAT_DTYPES["f32"],
+    (2, 16): FLOAT_DTYPES["f16"],
+    (4, 16): FLOAT_DTYPES["bf16"],
+    (2, 64): np.dtype(np.float64),
+    **{(0, b): np.dtype(f"int{b}") for b in (8, 16, 32, 64)},
+    **{(1, b): np.dtype(f"uint{b}") for b in (8, 16, 32, 64)},
+    (6, 8): np.dtype(np.bool_),
+}
+_DLPACK_CODES = {dtype: key for key, dtype in DLPACK_DTYPES.items()}
+
+
+def dlpack_type(dtype: np.dtype[Any]) -> tuple[int, int] | None:
+    """The DLPack (code, bits) of a NumPy dtype, or None."""
+    return _DLPACK_CODES.get(dtype)

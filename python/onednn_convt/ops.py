@@ -24,6 +24,7 @@ from . import (
     _core,
     dtypes,
     guards,
+    interop,
     limits,
     lowerings,
     matmul_backward_weights,
@@ -275,6 +276,9 @@ class _Op:
                 return fast.run(inputs if inputs[-1] is not None else inputs[:-1], out)  # type: ignore[no-any-return]
             except _core.SignatureMismatch:
                 pass
+        if interop.foreign(inputs, out):  # torch or DLPack: NumPy views, then back
+            arrays_in, out_array, wrap = interop.adapt(self.op_name, self.input_names, inputs, out)
+            return wrap(self._call(arrays_in, out_array))  # type: ignore[no-any-return]
         arrays = [self._as_array(name, x) for name, x in zip(self.input_names, inputs)]
         if out is not None and not isinstance(out, np.ndarray):
             msg = f"{self.op_name}: argument 'out' expected a NumPy array, got {type(out).__name__}"
@@ -301,6 +305,8 @@ class _Op:
     def _as_array(self, name: str, x: Any) -> Any:
         if isinstance(x, np.ndarray) or (x is None and name in self.input_names[2:]):
             return x  # None: an optional input (bias, weights_shape) not given
+        if hasattr(x, "__dlpack__"):
+            return interop.to_numpy(self.op_name, name, x)
         if x is None or isinstance(x, (str, bytes, dict, set)) or not hasattr(x, "__len__") and not hasattr(
             x, "__array__"
         ):
