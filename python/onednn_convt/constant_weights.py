@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import dtypes
+from . import dtypes, interop
 
 if TYPE_CHECKING:
     from .ops import _WeightsOp
@@ -56,7 +56,7 @@ class ConstantWeights:
         self.weights = copy
         self._others = tuple(n for n in op.input_names if n != "weights")
 
-    def __call__(self, *inputs: ArrayLike | None, out: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, *inputs: Any, out: Any = None) -> Any:
         """Run the op on ``inputs`` (the op's inputs without the weights, in its order).
 
         Returns:
@@ -70,6 +70,9 @@ class ConstantWeights:
             )
             raise TypeError(msg)
         given = inputs + (None,) * (len(names) - len(inputs))
+        if interop.foreign(given, out):  # torch or DLPack: NumPy views, then back
+            arrays, out_array, wrap = interop.adapt(self.op.op_name, names, given, out)
+            return wrap(self(*arrays, out=out_array))
         return self.op._call((given[0], self.weights, *given[1:]), out)
 
     @property

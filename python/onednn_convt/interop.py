@@ -20,7 +20,7 @@ that is not the CPU's.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -32,6 +32,16 @@ _DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "m
 _CPU = 1
 
 Wrap = Callable[[np.ndarray], Any]
+
+
+class SupportsDLPack(Protocol):
+    """An array the ops take as it is: NumPy, torch, JAX, any DLPack producer."""
+
+    def __dlpack__(self, *, stream: Any = None) -> Any: ...
+
+
+#: The array type of a call: its result has the type of its inputs.
+Array = TypeVar("Array", bound=SupportsDLPack)
 
 
 def foreign(inputs: Sequence[Any], out: Any) -> bool:
@@ -91,7 +101,7 @@ def _from_torch(op_name: str, name: str, t: Any) -> np.ndarray:
         raise TypeError(msg) from None
 
 
-def _from_dlpack(op_name: str, name: str, x: Any) -> np.ndarray:
+def _from_dlpack(op_name: str, name: str, x: Any, writable: bool) -> np.ndarray:
     device = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else _CPU
     if device != _CPU:
         where = _DEVICES.get(int(device), f"DLPack device type {device}")
@@ -102,28 +112,36 @@ def _from_dlpack(op_name: str, name: str, x: Any) -> np.ndarray:
     except TypeError:  # a producer older than DLPack 1.0
         capsule = x.__dlpack__()
     try:
-        array, read_only, device = _core.dlpack_import(capsule, _dtype_for)
+        array, read_only, device, versioned = _core.dlpack_import(capsule, _dtype_for)
     except TypeError as e:
         msg = f"{op_name}: argument '{name}' expected dtype {dtypes.expected_names()}, got {e}"
         raise TypeError(msg) from None
     if array is None:
         msg = f"{op_name}: argument '{name}' is not in CPU memory (DLPack device type {device})"
         raise TypeError(msg)
+    if writable and not versioned:
+        # a DLPack 0.x capsule cannot say read-only, and JAX's arrays, say, are immutable
+        msg = (
+            f"{op_name}: argument '{name}' ({type(x).__name__}) cannot be written in place: its "
+            "DLPack export does not say its memory is writable (DLPack 1.0 flags); omit out="
+        )
+        raise TypeError(msg)
     if read_only:
         array.flags.writeable = False
     return array  # type: ignore[no-any-return]
 
 
-def to_numpy(op_name: str, name: str, x: Any) -> np.ndarray:
-    """A NumPy array over the memory of ``x`` (a torch tensor or a DLPack producer).
+def to_numpy(op_name: str, name: str, x: Any, writable: bool = False) -> np.ndarray:
+    """A NumPy array over the memory of ``x`` (a torch tensor or a DLPack producer);
+    ``writable``: for ``out=``, which a producer must say may be written (torch tensors may).
 
     Raises:
-        TypeError: ``x`` is not in CPU memory, is a torch tensor that requires grad, or has
-            a dtype NumPy cannot hold.
+        TypeError: ``x`` is not in CPU memory, is a torch tensor that requires grad, has a
+            dtype NumPy cannot hold, or (``writable``) may not be written.
     """
     if _torch_tensor(x):
         return _from_torch(op_name, name, x)
-    return _from_dlpack(op_name, name, x)
+    return _from_dlpack(op_name, name, x, writable)
 
 
 class _Exported:
@@ -174,7 +192,7 @@ def adapt(
         for n, x in zip(names, inputs)
     )
     if out is not None:
-        out_array = out if isinstance(out, np.ndarray) else to_numpy(op_name, "out", out)
+        out_array = out if isinstance(out, np.ndarray) else to_numpy(op_name, "out", out, writable=True)
         return arrays, out_array, lambda _: out
     if kind == "numpy":  # a subclass such as np.memmap: NumPy's own result
         return arrays, None, lambda a: a

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, ClassVar, Optional, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -34,6 +34,7 @@ from . import (
     shapes,
 )
 from .constant_weights import ConstantWeights
+from .interop import Array
 from .errors import UnsupportedError
 from .schema import IntList
 
@@ -268,17 +269,17 @@ class _Op:
         sig = tuple(None if a is None else (a.shape, a.strides, a.dtype, a.flags.aligned) for a in arrays)
         return sig, None if out is None else (out.shape, out.strides, out.dtype)
 
-    def _call(self, inputs: tuple[Any, ...], out: Optional[np.ndarray]) -> np.ndarray:
+    def _call(self, inputs: tuple[Any, ...], out: Any) -> Any:
         fast = self._fast
         # the lean path: C++ checks the arrays match the last plan (off in debug-fill mode)
         if fast is not None and not limits._fill:
             try:
-                return fast.run(inputs if inputs[-1] is not None else inputs[:-1], out)  # type: ignore[no-any-return]
+                return fast.run(inputs if inputs[-1] is not None else inputs[:-1], out)
             except _core.SignatureMismatch:
                 pass
         if interop.foreign(inputs, out):  # torch or DLPack: NumPy views, then back
             arrays_in, out_array, wrap = interop.adapt(self.op_name, self.input_names, inputs, out)
-            return wrap(self._call(arrays_in, out_array))  # type: ignore[no-any-return]
+            return wrap(self._call(arrays_in, out_array))
         arrays = [self._as_array(name, x) for name, x in zip(self.input_names, inputs)]
         if out is not None and not isinstance(out, np.ndarray):
             msg = f"{self.op_name}: argument 'out' expected a NumPy array, got {type(out).__name__}"
@@ -561,10 +562,13 @@ class ConvTranspose(_WeightsOp):
             strict,
         )
 
-    def __call__(
-        self, src: ArrayLike, weights: ArrayLike, bias: Optional[ArrayLike] = None, *,
-        out: Optional[np.ndarray] = None,
-    ) -> np.ndarray:
+    @overload
+    def __call__(self, src: Array, weights: Array, bias: Optional[Array] = None, *,
+                 out: Optional[Array] = None) -> Array: ...
+    @overload
+    def __call__(self, src: ArrayLike, weights: ArrayLike, bias: Optional[ArrayLike] = None, *,
+                 out: Optional[np.ndarray] = None) -> np.ndarray: ...
+    def __call__(self, src: Any, weights: Any, bias: Any = None, *, out: Any = None) -> Any:
         """Run the op.
 
         Args:
@@ -572,6 +576,9 @@ class ConvTranspose(_WeightsOp):
             weights: (IC, OC/groups, X...) for IOX or (X..., OC/groups, IC) for XOI.
             bias: optional, shape (OC,).
             out: optional array to write dst into (exact shape and dtype).
+
+        Arrays are NumPy arrays, torch tensors or other DLPack producers (CPU memory), all
+        of one type; the result has that type (see :mod:`onednn_convt.interop`).
 
         Returns:
             dst, (N, OC, X...) or (N, X..., OC), in the inputs' dtype.
@@ -670,10 +677,13 @@ class ConvTransposeBackwardData(_WeightsOp):
             strict,
         )
 
-    def __call__(
-        self, diff_dst: ArrayLike, weights: ArrayLike, *, out: Optional[np.ndarray] = None
-    ) -> np.ndarray:
-        """Run the op.
+    @overload
+    def __call__(self, diff_dst: Array, weights: Array, *, out: Optional[Array] = None) -> Array: ...
+    @overload
+    def __call__(self, diff_dst: ArrayLike, weights: ArrayLike, *,
+                 out: Optional[np.ndarray] = None) -> np.ndarray: ...
+    def __call__(self, diff_dst: Any, weights: Any, *, out: Any = None) -> Any:
+        """Run the op (arrays of any one type, as for :class:`ConvTranspose`).
 
         Args:
             diff_dst: (N, OC, X...) for NCX or (N, X..., OC) for NXC.
@@ -817,11 +827,14 @@ class ConvTransposeBackwardWeights(_Op):
             strict,
         )
 
-    def __call__(
-        self, src: ArrayLike, diff_dst: ArrayLike, weights_shape: Optional[ArrayLike] = None, *,
-        out: Optional[np.ndarray] = None,
-    ) -> np.ndarray:
-        """Run the op.
+    @overload
+    def __call__(self, src: Array, diff_dst: Array, weights_shape: Optional[ArrayLike] = None, *,
+                 out: Optional[Array] = None) -> Array: ...
+    @overload
+    def __call__(self, src: ArrayLike, diff_dst: ArrayLike, weights_shape: Optional[ArrayLike] = None, *,
+                 out: Optional[np.ndarray] = None) -> np.ndarray: ...
+    def __call__(self, src: Any, diff_dst: Any, weights_shape: Any = None, *, out: Any = None) -> Any:
+        """Run the op (arrays of any one type, as for :class:`ConvTranspose`).
 
         Args:
             src: the forward src, (N, IC, X...) for NCX or (N, X..., IC) for NXC.

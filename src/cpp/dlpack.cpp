@@ -105,7 +105,7 @@ py::tuple dlpack_import(const py::capsule &capsule, const py::object &dtype_for)
     const int32_t device = t->device.device_type;
     // the dtype first: it may raise, and the capsule must then stay the producer's
     py::dtype dtype = dtype_for(t->dtype.code, t->dtype.bits, t->dtype.lanes).cast<py::dtype>();
-    if (device != kDLCPU) return py::make_tuple(py::none(), read_only, device);
+    if (device != kDLCPU) return py::make_tuple(py::none(), read_only, device, versioned);
     const auto item = static_cast<py::ssize_t>(dtype.itemsize());
     if (t->ndim < 0) throw std::invalid_argument("DLPack tensor with a negative rank");
     std::vector<py::ssize_t> shape(t->ndim), strides(t->ndim);
@@ -122,7 +122,7 @@ py::tuple dlpack_import(const py::capsule &capsule, const py::object &dtype_for)
         throw py::error_already_set();
     py::capsule base(new Owner{managed, versioned}, [](void *p) { delete static_cast<Owner *>(p); });
     py::array array(dtype, shape, strides, data, base);
-    return py::make_tuple(array, read_only, device);
+    return py::make_tuple(array, read_only, device, versioned);
 }
 
 py::capsule dlpack_export(const py::array &array, int code, int bits) {

@@ -12,7 +12,8 @@
 namespace onednn_convt {
 
 // Takes ownership of the tensor in a DLPack capsule (renaming it "used_...", as the
-// protocol asks) and returns (array, read_only, device_type). `dtype_for(code, bits, lanes)`
+// protocol asks) and returns (array, read_only, device_type, versioned); a legacy capsule
+// (versioned false) cannot say whether its memory may be written. `dtype_for(code, bits, lanes)`
 // gives the NumPy dtype of the tensor's elements or raises. The array keeps the producer's
 // memory alive and calls its deleter when the array is freed.
 pybind11::tuple dlpack_import(const pybind11::capsule &capsule, const pybind11::object &dtype_for);

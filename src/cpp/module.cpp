@@ -382,7 +382,7 @@ PYBIND11_MODULE(_core, m) {
     });
     m.def("dlpack_import", &dlpack_import, py::arg("capsule"), py::arg("dtype_for"),
           "Consume a DLPack capsule: (array viewing its memory or None off the CPU, read_only,\n"
-          "device_type). dtype_for(code, bits, lanes) returns the NumPy dtype or raises.");
+          "device_type, versioned). dtype_for(code, bits, lanes) returns the NumPy dtype or raises.");
     m.def("dlpack_export", &dlpack_export, py::arg("array"), py::arg("code"), py::arg("bits"),
           "A 'dltensor' capsule viewing `array` (kept alive by it), of DLPack type (code, bits).");
     m.def("cpu_isa", [] { return static_cast<int>(dnnl::get_effective_cpu_isa()); });
