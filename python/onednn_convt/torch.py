@@ -16,7 +16,8 @@ bias's. Tensors are shared with the ops, never copied: a channels_last input run
 Layouts: torch's weight, (in_channels, out_channels/groups, k...), is the ops' IOX;
 ``padding`` p crops p from both ends of each spatial dim (``pads_begin = pads_end = p``).
 CPU tensors of float32, bfloat16 and float16 only; ``padding_mode`` must be "zeros" (torch
-says the same of its own ConvTranspose). Double backward is not supported.
+says the same of its own ConvTranspose). Gradients of any order run on the package's
+ops: each op's gradients are the other two.
 
 Importing this module imports torch; the rest of the package never does.
 """
@@ -28,7 +29,6 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights, _Op
 
@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 IntOrTuple = Union[int, Sequence[int]]
+#: torch's dtypes for the package's f32, bf16 and f16
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _tuple(name: str, value: IntOrTuple, rank: int, fn: str) -> tuple[int, ...]:
@@ -54,7 +56,7 @@ def _tuple(name: str, value: IntOrTuple, rank: int, fn: str) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def _op(cls: type[_Op], **attrs: Any) -> Any:
+def _op(cls: Any, **attrs: Any) -> Any:
     """The op object for these attributes, shared by every call (it keeps the compiled plans)."""
     return cls(**attrs)
 
@@ -99,49 +101,97 @@ class _Geometry:
                     groups=self.groups, data_format=data_format, weights_format="IOX")
 
 
-class _ConvTransposeFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor], geometry: _Geometry) -> Tensor:
-        nxc = _channels_last(input)
-        fmt = "NXC" if nxc else "NCX"
-        x = _to_nxc(input) if nxc else input
-        op = _op(ConvTranspose, **geometry.attrs(fmt))
-        b = None if bias is None else bias.detach()
-        y: Tensor = op(x.detach(), weight.detach(), b)
-        ctx.save_for_backward(input, weight)
-        ctx.geometry = geometry
-        ctx.has_bias = bias is not None
-        return _from_nxc(y) if nxc else y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad_output: Tensor) -> tuple[Optional[Tensor], ...]:
-        input, weight = (t.detach() for t in ctx.saved_tensors)
-        geometry: _Geometry = ctx.geometry
-        need_input, need_weight, need_bias, _ = ctx.needs_input_grad
-        grad_input = grad_weight = grad_bias = None
-        nxc = _channels_last(input)
-        fmt = "NXC" if nxc else "NCX"
-        if nxc:
-            dd = _to_nxc(grad_output if _channels_last(grad_output)
-                         else grad_output.contiguous(memory_format=_memory_format(geometry.rank)))
-        else:
-            dd = grad_output
-        dd = dd.detach()
-        if need_input:
-            op = _op(ConvTransposeBackwardData, **geometry.attrs(fmt))
-            dx: Tensor = op(dd, weight)
-            grad_input = _from_nxc(dx) if nxc else dx
-        if need_weight:
-            op = _op(ConvTransposeBackwardWeights, weights_shape=tuple(weight.shape), **geometry.attrs(fmt))
-            grad_weight = op(_to_nxc(input) if nxc else input, dd)
-        if need_bias and ctx.has_bias:
-            grad_bias = grad_output.sum(dim=(0, *range(2, grad_output.dim())))
-        return grad_input, grad_weight, grad_bias, None
-
-
 def _memory_format(rank: int) -> torch.memory_format:
     return {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank, torch.contiguous_format)
+
+
+def _run(cls: Any, geometry: _Geometry, activation: Tensor, other: Tensor, **extra: Any) -> Tensor:
+    """ConvTransposeBackwardData (other: weights) or ConvTransposeBackwardWeights (other: the
+    second activation), laid out as ``activation`` is: a channels_last one runs as NXC over
+    its own memory (N, X..., C), and an activation result comes back channels_last."""
+    nxc = _channels_last(activation)
+    if cls is ConvTransposeBackwardWeights:  # both activations in one layout
+        if nxc != _channels_last(other):
+            other = other.contiguous(memory_format=_memory_format(geometry.rank) if nxc else torch.contiguous_format)
+        if nxc:
+            other = _to_nxc(other)
+    args = [_to_nxc(activation) if nxc else activation, other]
+    op = _op(cls, **geometry.attrs("NXC" if nxc else "NCX"), **extra)
+    result: Tensor = op(*(a.detach() for a in args))
+    return _from_nxc(result) if nxc and cls is not ConvTransposeBackwardWeights else result
+
+
+# Three autograd Functions, one per op. The gradients of each are the other two, applied as
+# Functions again, so gradients of any order run on the package: with CT the forward, BD
+# ConvTransposeBackwardData and BW ConvTransposeBackwardWeights,
+# <h, BD(g, w)> = <CT(h, w), g> and <H, BW(x, g)> = <CT(x, H), g>.
+class _Forward(torch.autograd.Function):
+    """dst = ConvTranspose(src, weights) + bias."""
+
+    @staticmethod
+    def forward(ctx: Any, src: Tensor, weight: Tensor, bias: Optional[Tensor], geometry: _Geometry) -> Tensor:
+        ctx.save_for_backward(src, weight)
+        ctx.geometry = geometry
+        ctx.has_bias = bias is not None
+        nxc = _channels_last(src)
+        op = _op(ConvTranspose, **geometry.attrs("NXC" if nxc else "NCX"))
+        b = None if bias is None else bias.detach()
+        dst: Tensor = op((_to_nxc(src) if nxc else src).detach(), weight.detach(), b)
+        return _from_nxc(dst) if nxc else dst
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+        src, weight = ctx.saved_tensors
+        g: _Geometry = ctx.geometry
+        need_src, need_weight, need_bias, _ = ctx.needs_input_grad
+        d_src = _apply(_BackwardData, grad, weight, g) if need_src else None
+        d_weight = _apply(_BackwardWeights, src, grad, g, tuple(weight.shape)) if need_weight else None
+        d_bias = grad.sum(dim=(0, *range(2, grad.dim()))) if need_bias and ctx.has_bias else None
+        return d_src, d_weight, d_bias, None
+
+
+class _BackwardData(torch.autograd.Function):
+    """diff_src = ConvTransposeBackwardData(diff_dst, weights)."""
+
+    @staticmethod
+    def forward(ctx: Any, diff_dst: Tensor, weight: Tensor, geometry: _Geometry) -> Tensor:
+        ctx.save_for_backward(diff_dst, weight)
+        ctx.geometry = geometry
+        return _run(ConvTransposeBackwardData, geometry, diff_dst, weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+        diff_dst, weight = ctx.saved_tensors
+        g: _Geometry = ctx.geometry
+        need_dd, need_weight, _ = ctx.needs_input_grad
+        d_dd = _apply(_Forward, grad, weight, None, g) if need_dd else None
+        d_weight = _apply(_BackwardWeights, grad, diff_dst, g, tuple(weight.shape)) if need_weight else None
+        return d_dd, d_weight, None
+
+
+class _BackwardWeights(torch.autograd.Function):
+    """diff_weights = ConvTransposeBackwardWeights(src, diff_dst), IOX."""
+
+    @staticmethod
+    def forward(ctx: Any, src: Tensor, diff_dst: Tensor, geometry: _Geometry, shape: tuple[int, ...]) -> Tensor:
+        ctx.save_for_backward(src, diff_dst)
+        ctx.geometry = geometry
+        return _run(ConvTransposeBackwardWeights, geometry, src, diff_dst, weights_shape=shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+        src, diff_dst = ctx.saved_tensors
+        g: _Geometry = ctx.geometry
+        need_src, need_dd, _, _ = ctx.needs_input_grad
+        d_src = _apply(_BackwardData, diff_dst, grad, g) if need_src else None
+        d_dd = _apply(_Forward, src, grad, None, g) if need_dd else None
+        return d_src, d_dd, None, None
+
+
+def _apply(fn: type[torch.autograd.Function], *args: Any) -> Tensor:
+    apply: Any = fn.apply  # untyped in torch
+    result: Tensor = apply(*args)
+    return result
 
 
 def _conv_transpose(
@@ -157,6 +207,15 @@ def _conv_transpose(
         if t.device.type != "cpu":
             msg = f"{fn}: argument '{name}' is on device {t.device}; onednn_convt runs on the CPU only"
             raise TypeError(msg)
+    tensors = {"input": input, "weight": weight, **({} if bias is None else {"bias": bias})}
+    for name, t in tensors.items():
+        if t.dtype not in _DTYPES:
+            msg = f"{fn}: argument '{name}' expected dtype torch.float32, torch.bfloat16 or torch.float16, got {t.dtype}"
+            raise TypeError(msg)
+    if len({t.dtype for t in tensors.values()}) > 1:
+        got = ", ".join(f"{n}={t.dtype}" for n, t in tensors.items())
+        msg = f"{fn}: input, weight and bias must have one dtype, got {got}"
+        raise TypeError(msg)
     geometry = _Geometry(rank, stride, padding, output_padding, groups, dilation, fn)
     if input.dim() == rank + 1:  # unbatched (C, X...), as torch allows
         out = _conv_transpose(rank, fn, input.unsqueeze(0), weight, bias, stride, padding,
@@ -169,9 +228,7 @@ def _conv_transpose(
         torch_fn = getattr(torch.nn.functional, fn)
         result: Tensor = torch_fn(input, weight, bias, stride, padding, output_padding, groups, dilation)
         return result
-    apply: Any = _ConvTransposeFunction.apply  # untyped in torch
-    result = apply(input, weight, bias, geometry)
-    return result
+    return _apply(_Forward, input, weight, bias, geometry)
 
 
 def conv_transpose1d(
@@ -207,7 +264,7 @@ def conv_transpose3d(
 _FUNCTIONS = {1: conv_transpose1d, 2: conv_transpose2d, 3: conv_transpose3d}
 
 
-class _Forward:
+class _ModuleForward:
     """The forward of the three modules: torch's own output_size handling, then ours."""
 
     _rank: int
@@ -223,19 +280,19 @@ class _Forward:
                                       m.groups, m.dilation)
 
 
-class ConvTranspose1d(_Forward, nn.ConvTranspose1d):
+class ConvTranspose1d(_ModuleForward, nn.ConvTranspose1d):
     """``torch.nn.ConvTranspose1d`` running on onednn_convt (see the module docstring)."""
 
     _rank = 1
 
 
-class ConvTranspose2d(_Forward, nn.ConvTranspose2d):
+class ConvTranspose2d(_ModuleForward, nn.ConvTranspose2d):
     """``torch.nn.ConvTranspose2d`` running on onednn_convt (see the module docstring)."""
 
     _rank = 2
 
 
-class ConvTranspose3d(_Forward, nn.ConvTranspose3d):
+class ConvTranspose3d(_ModuleForward, nn.ConvTranspose3d):
     """``torch.nn.ConvTranspose3d`` running on onednn_convt (see the module docstring)."""
 
     _rank = 3
