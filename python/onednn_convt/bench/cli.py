@@ -6,6 +6,7 @@ Examples::
     onednn-convt bench --suite tiny --quick
     onednn-convt bench --suite models --skip-slow --ops fwd --dtypes f32 --formats NXC
     onednn-convt bench --compare benchmarks/results/models.json
+    onednn-convt bench --suite step            # DCGAN training step: onednn_convt.torch vs torch
 
 Progress goes to stderr; the table, the targets and the comparison to stdout; CSV, JSON and
 (with matplotlib) a PNG chart to ``--out``.
@@ -60,8 +61,9 @@ def _positive(kind: Any) -> Any:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``onednn-convt bench``."""
     parser.description = __doc__.split("\n\n")[0]
-    parser.add_argument("--suite", type=_list(tuple(suites.SUITES)), default=["models"],
-                        help="suites to run, comma-separated: models (default), tiny, sweep")
+    parser.add_argument("--suite", type=_list((*suites.SUITES, "step")), default=["models"],
+                        help="suites to run, comma-separated: models (default), tiny, sweep; or step "
+                             "alone: a DCGAN generator's training step, onednn_convt.torch vs torch")
     parser.add_argument("--ops", type=_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS),
                         help="fwd,bwd_d,bwd_w (or the op class names); default all")
     parser.add_argument("--dtypes", type=_list(suites.DTYPES), default=list(suites.DTYPES),
@@ -171,6 +173,13 @@ def run(args: argparse.Namespace) -> int:
         wait_idle=max(0.0, args.wait_idle),
         torch_limit=args.torch_limit,
     )
+    if "step" in args.suite:
+        if len(args.suite) > 1:
+            print("bench: the step suite runs alone (--suite step)", file=sys.stderr)
+            return 2
+        from . import training_step
+
+        return training_step.run(args, _meta(args, threads, omp))
     old = report.read_json(args.compare) if args.compare else None
     configs = [c for s in args.suite for c in suites.configs(
         s, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers)]
