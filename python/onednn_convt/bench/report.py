@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -160,7 +161,7 @@ def markdown_table(records: Sequence[Record]) -> str:
 def header_lines(meta: dict[str, Any], peak: Optional[dict[str, Any]]) -> list[str]:
     """What ran: versions, CPU, threads, peak."""
     lines = [
-        (f"oneDNN {meta['onednn_version']} ({meta['onednn_commit'][:12]}) from {meta['libdnnl']}, "
+        (f"oneDNN {meta['onednn_version']} ({meta['onednn_commit'][:12]}) from {os.path.basename(meta['libdnnl'])}, "
          f"runtime {meta['cpu_runtime']}, ISA {meta['cpu_isa']}"),
         (f"threads {meta['threads']} (oneDNN/OpenMP {meta['omp_threads']}, PyTorch {meta.get('torch_threads')}) "
          f"on {meta['cpus']} CPUs; {meta['cpu_model']}"),
