@@ -159,7 +159,8 @@ class _Exported:
         return (_CPU, 0)
 
 
-def _to_torch(a: np.ndarray) -> Any:
+def to_torch(a: np.ndarray) -> Any:
+    """A torch tensor over the memory of ``a`` (bf16 included); torch must be imported."""
     torch = sys.modules["torch"]
     if a.dtype == dtypes.FLOAT_DTYPES["bf16"]:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
@@ -197,7 +198,7 @@ def adapt(
     if kind == "numpy":  # a subclass such as np.memmap: NumPy's own result
         return arrays, None, lambda a: a
     if kind == "torch":
-        return arrays, None, _to_torch
+        return arrays, None, to_torch
     first = next(x for n, x in zip(names, inputs) if kinds.get(n) == kind)
     if not hasattr(first, "__array_namespace__"):
         msg = (

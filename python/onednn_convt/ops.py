@@ -272,7 +272,7 @@ class _Op:
     def _call(self, inputs: tuple[Any, ...], out: Any) -> Any:
         fast = self._fast
         # the lean path: C++ checks the arrays match the last plan (off in debug-fill mode)
-        if fast is not None and not limits._fill:
+        if fast is not None and not limits._fill and type(inputs[0]) is np.ndarray:  # else: torch, DLPack
             try:
                 return fast.run(inputs if inputs[-1] is not None else inputs[:-1], out)
             except _core.SignatureMismatch:

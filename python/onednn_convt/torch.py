@@ -30,6 +30,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
+from . import interop
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights, _Op
 
 __all__ = [
@@ -59,6 +60,15 @@ def _tuple(name: str, value: IntOrTuple, rank: int, fn: str) -> tuple[int, ...]:
 def _op(cls: Any, **attrs: Any) -> Any:
     """The op object for these attributes, shared by every call (it keeps the compiled plans)."""
     return cls(**attrs)
+
+
+def _call(op: Any, *tensors: Optional[Tensor]) -> Tensor:
+    """Run ``op`` on CPU tensors of one dtype (checked by the caller) as NumPy views of their
+    memory; the result as a tensor over the op's output."""
+    arrays = [None if t is None else interop.to_numpy(op.op_name, name, t.detach())
+              for name, t in zip(op.input_names, tensors)]
+    result: Tensor = interop.to_torch(op(*arrays))
+    return result
 
 
 def _channels_last(t: Tensor) -> bool:
@@ -101,6 +111,9 @@ class _Geometry:
                     groups=self.groups, data_format=data_format, weights_format="IOX")
 
 
+_geometry = functools.lru_cache(maxsize=256)(_Geometry)
+
+
 def _memory_format(rank: int) -> torch.memory_format:
     return {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank, torch.contiguous_format)
 
@@ -117,7 +130,7 @@ def _run(cls: Any, geometry: _Geometry, activation: Tensor, other: Tensor, **ext
             other = _to_nxc(other)
     args = [_to_nxc(activation) if nxc else activation, other]
     op = _op(cls, **geometry.attrs("NXC" if nxc else "NCX"), **extra)
-    result: Tensor = op(*(a.detach() for a in args))
+    result = _call(op, *args)
     return _from_nxc(result) if nxc and cls is not ConvTransposeBackwardWeights else result
 
 
@@ -135,8 +148,7 @@ class _Forward(torch.autograd.Function):
         ctx.has_bias = bias is not None
         nxc = _channels_last(src)
         op = _op(ConvTranspose, **geometry.attrs("NXC" if nxc else "NCX"))
-        b = None if bias is None else bias.detach()
-        dst: Tensor = op((_to_nxc(src) if nxc else src).detach(), weight.detach(), b)
+        dst = _call(op, _to_nxc(src) if nxc else src, weight, bias)
         return _from_nxc(dst) if nxc else dst
 
     @staticmethod
@@ -216,7 +228,10 @@ def _conv_transpose(
         got = ", ".join(f"{n}={t.dtype}" for n, t in tensors.items())
         msg = f"{fn}: input, weight and bias must have one dtype, got {got}"
         raise TypeError(msg)
-    geometry = _Geometry(rank, stride, padding, output_padding, groups, dilation, fn)
+    try:
+        geometry = _geometry(rank, stride, padding, output_padding, groups, dilation, fn)
+    except TypeError:  # a list argument: not hashable, so not cached
+        geometry = _Geometry(rank, stride, padding, output_padding, groups, dilation, fn)
     if input.dim() == rank + 1:  # unbatched (C, X...), as torch allows
         out = _conv_transpose(rank, fn, input.unsqueeze(0), weight, bias, stride, padding,
                               output_padding, groups, dilation)
