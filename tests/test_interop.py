@@ -128,7 +128,7 @@ def test_dlpack_out_written_in_place():
 
 def test_mixed_array_types_are_a_type_error():
     src, w, _ = problem(np.random.default_rng(6))
-    with pytest.raises(TypeError, match=r"ConvTranspose: every tensor of a call must be of one array type, got src=tests?\.?test_interop|src=test_interop"):
+    with pytest.raises(TypeError, match="ConvTranspose: every tensor of a call must be of one array type, got src=test_interop, weights=numpy"):
         oc.ConvTranspose(**ATTRS)(Producer(src), w)
     out = np.zeros((2, 6, 10, 12), np.float32)
     with pytest.raises(TypeError, match="one array type.*out=numpy"):

@@ -30,8 +30,8 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
-from . import interop
-from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights, _Op
+from . import functional, interop
+from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
 
 __all__ = [
     "ConvTranspose1d",
@@ -54,12 +54,6 @@ def _tuple(name: str, value: IntOrTuple, rank: int, fn: str) -> tuple[int, ...]:
         msg = f"{fn}: argument '{name}' expected an int or {rank} ints, got {value!r}"
         raise ValueError(msg)
     return values
-
-
-@functools.lru_cache(maxsize=256)
-def _op(cls: Any, **attrs: Any) -> Any:
-    """The op object for these attributes, shared by every call (it keeps the compiled plans)."""
-    return cls(**attrs)
 
 
 def _call(op: Any, *tensors: Optional[Tensor]) -> Tensor:
@@ -118,20 +112,25 @@ def _memory_format(rank: int) -> torch.memory_format:
     return {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank, torch.contiguous_format)
 
 
-def _run(cls: Any, geometry: _Geometry, activation: Tensor, other: Tensor, **extra: Any) -> Tensor:
-    """ConvTransposeBackwardData (other: weights) or ConvTransposeBackwardWeights (other: the
-    second activation), laid out as ``activation`` is: a channels_last one runs as NXC over
-    its own memory (N, X..., C), and an activation result comes back channels_last."""
+def _run(cls: Any, geometry: _Geometry, activation: Tensor, *others: Optional[Tensor], **extra: Any) -> Tensor:
+    """One op on (activation, *others), laid out as ``activation`` is: a channels_last one
+    runs as NXC over its own memory (N, X..., C), and an activation result comes back
+    channels_last. ``others``: weights (and bias) for ConvTranspose and
+    ConvTransposeBackwardData; for ConvTransposeBackwardWeights, the second activation,
+    brought to the first's layout. The op object is the functions' cached one (it keeps
+    the compiled plans)."""
     nxc = _channels_last(activation)
-    if cls is ConvTransposeBackwardWeights:  # both activations in one layout
+    args = [_to_nxc(activation) if nxc else activation, *others]
+    weights_grad = cls is ConvTransposeBackwardWeights
+    if weights_grad:  # both activations in one layout
+        other = others[0]
+        assert other is not None
         if nxc != _channels_last(other):
             other = other.contiguous(memory_format=_memory_format(geometry.rank) if nxc else torch.contiguous_format)
-        if nxc:
-            other = _to_nxc(other)
-    args = [_to_nxc(activation) if nxc else activation, other]
-    op = _op(cls, **geometry.attrs("NXC" if nxc else "NCX"), **extra)
+        args[1] = _to_nxc(other) if nxc else other
+    op = functional._op(cls, {**geometry.attrs("NXC" if nxc else "NCX"), **extra})
     result = _call(op, *args)
-    return _from_nxc(result) if nxc and cls is not ConvTransposeBackwardWeights else result
+    return _from_nxc(result) if nxc and not weights_grad else result
 
 
 # Three autograd Functions, one per op. The gradients of each are the other two, applied as
@@ -146,10 +145,7 @@ class _Forward(torch.autograd.Function):
         ctx.save_for_backward(src, weight)
         ctx.geometry = geometry
         ctx.has_bias = bias is not None
-        nxc = _channels_last(src)
-        op = _op(ConvTranspose, **geometry.attrs("NXC" if nxc else "NCX"))
-        dst = _call(op, _to_nxc(src) if nxc else src, weight, bias)
-        return _from_nxc(dst) if nxc else dst
+        return _run(ConvTranspose, geometry, src, weight, bias)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
