@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
-from . import functional, interop
+from . import interop
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
 
 __all__ = [
@@ -54,6 +54,16 @@ def _tuple(name: str, value: IntOrTuple, rank: int, fn: str) -> tuple[int, ...]:
         msg = f"{fn}: argument '{name}' expected an int or {rank} ints, got {value!r}"
         raise ValueError(msg)
     return values
+
+
+@functools.lru_cache(maxsize=256)
+def _op(cls: Any, **attrs: Any) -> Any:
+    """The op object for these attributes, shared by every call (it keeps the compiled plans).
+
+    Not :func:`functional._op`: that one normalizes any user's attributes (lists, the types
+    of values) on every call, 6.3 us a lookup here against 0.6; these come from a _Geometry, ints
+    and tuples."""
+    return cls(**attrs)
 
 
 def _call(op: Any, *tensors: Optional[Tensor]) -> Tensor:
@@ -117,8 +127,7 @@ def _run(cls: Any, geometry: _Geometry, activation: Tensor, *others: Optional[Te
     runs as NXC over its own memory (N, X..., C), and an activation result comes back
     channels_last. ``others``: weights (and bias) for ConvTranspose and
     ConvTransposeBackwardData; for ConvTransposeBackwardWeights, the second activation,
-    brought to the first's layout. The op object is the functions' cached one (it keeps
-    the compiled plans)."""
+    brought to the first's layout."""
     nxc = _channels_last(activation)
     args = [_to_nxc(activation) if nxc else activation, *others]
     weights_grad = cls is ConvTransposeBackwardWeights
@@ -128,7 +137,7 @@ def _run(cls: Any, geometry: _Geometry, activation: Tensor, *others: Optional[Te
         if nxc != _channels_last(other):
             other = other.contiguous(memory_format=_memory_format(geometry.rank) if nxc else torch.contiguous_format)
         args[1] = _to_nxc(other) if nxc else other
-    op = functional._op(cls, {**geometry.attrs("NXC" if nxc else "NCX"), **extra})
+    op = _op(cls, **geometry.attrs("NXC" if nxc else "NCX"), **extra)
     result = _call(op, *args)
     return _from_nxc(result) if nxc and not weights_grad else result
 
