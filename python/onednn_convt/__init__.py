@@ -2,7 +2,9 @@
 
 ``ConvTranspose``, ``ConvTransposeBackwardData`` and ``ConvTransposeBackwardWeights`` as op
 classes (attributes at construction, inputs at call) and functions, plus the legacy
-``ConvTransposeBackpropFilters``; ``op.with_constant_weights(w)`` gives a ``ConstantWeights``
+``ConvTransposeBackpropFilters``; ``ConvTranspose(post_ops=[PostOp("ReLU"), ...])`` fuses bias and post-ops into one
+library partition, and with ``src_dequantize``/``weights_dequantize``/``dst_quantize`` runs
+int8; ``op.with_constant_weights(w)`` gives a ``ConstantWeights``
 callable whose weights the library reorders once; ``reference`` is an independent NumPy
 float64 oracle.
 """
@@ -36,6 +38,7 @@ from .info import cache_info, clear_cache, info, set_cache_capacity
 from .legacy import ConvTransposeBackpropFilters
 from .limits import debug_fill, memory_limit, set_debug_fill, set_memory_limit
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
+from .post_ops import Dequantize, PostOp, Quantize
 
 __version__ = "0.1.0"
 
@@ -45,8 +48,11 @@ __all__ = [
     "ConvTransposeBackpropFilters",
     "ConvTransposeBackwardData",
     "ConvTransposeBackwardWeights",
+    "Dequantize",
     "LIBDNNL_PATH",
     "OneDNNError",
+    "PostOp",
+    "Quantize",
     "UnsupportedError",
     "cache_info",
     "clear_cache",

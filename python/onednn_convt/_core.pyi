@@ -5,7 +5,8 @@ from typing import Any, Sequence, Union
 import numpy as np
 
 TensorDesc = tuple[Sequence[int], Sequence[int], str]  # shape, strides in elements, dtype code
-AttrValue = Union[int, str, Sequence[int]]
+AttrValue = Union[int, float, str, Sequence[int], Sequence[float]]
+NodeDesc = tuple[str, dict[str, AttrValue], Sequence[int], TensorDesc]  # kind, attrs, inputs, output
 
 class SignatureMismatch(Exception): ...
 
@@ -22,13 +23,13 @@ class CompiledOp:
 class Executor:
     def __init__(
         self, compiled: CompiledOp, input_dtypes: Sequence[np.dtype[Any]], output_dtype: np.dtype[Any],
-        finite_code: str = "", order: Sequence[int] = (), emulated: str = "",
+        finite_code: str = "", order: Sequence[int] = (), emulated: str = "", call_size: int = 0,
     ) -> None: ...
     def run(self, inputs: tuple[Any, ...], out: Any) -> np.ndarray: ...
 
 def compile(
     kind: str, attrs: dict[str, AttrValue], inputs: Sequence[TensorDesc], output: TensorDesc,
-    constant: Sequence[int] = (),
+    constant: Sequence[int] = (), nodes: Sequence[NodeDesc] = (),
 ) -> CompiledOp: ...
 def convert(src: np.ndarray, src_code: str, dst: np.ndarray, dst_code: str) -> bool: ...
 fast_conversion: bool

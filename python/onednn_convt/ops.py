@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike
 from . import (
     _core,
     dtypes,
+    fusion,
     guards,
     interop,
     limits,
@@ -36,6 +37,7 @@ from . import (
 from .constant_weights import ConstantWeights
 from .interop import Array
 from .errors import UnsupportedError
+from .post_ops import Dequantize, PostOp, Quantize
 from .schema import IntList
 
 #: (library op kind, dtype code) -> whether the library compiles it natively here.
@@ -222,7 +224,7 @@ class _Op:
     """Shared machinery of the three ops; subclasses give the spec of each."""
 
     op_name: ClassVar[str]
-    input_names: ClassVar[tuple[str, ...]]
+    input_names: tuple[str, ...]  # per class; a fused ConvTranspose adds its post-op tensors
     output_name: ClassVar[str]
     _PLAN_SLOTS: ClassVar[int] = 16
     #: set on the private op of a ConstantWeights: compile with the weights input constant
@@ -231,18 +233,34 @@ class _Op:
     def __init__(self, attrs: dict[str, Any], strict: bool) -> None:
         self.attrs = schema.normalize(self.op_name, attrs)
         self.strict = bool(strict)
-        self._plans: dict[Any, _Plan] = {}
-        self.last_plan: Optional[_Plan] = None
+        self._plans: dict[Any, Any] = {}
+        self.last_plan: Optional[Any] = None  # a _Plan, or a fusion.FusedPlan
         self._fast: Any = None  # the last plan's executor
 
     @property
     def lowering(self) -> Optional[str]:
         """How the last call ran: the library op kind, and ``" (f32 emulation)"`` when a
-        bf16/f16 call ran in f32. None before the first call."""
+        bf16/f16 call ran in f32. None before the first call. A fused ConvTranspose's says
+        its graph and ``"1 fused partition"``, or how it ran where the library did not fuse it."""
         plan = self.last_plan
         if plan is None:
             return None
-        return plan.lowering.kind + (" (f32 emulation)" if plan.emulated else "")
+        return str(plan.lowering.kind) + (" (f32 emulation)" if plan.emulated else "")
+
+    @property
+    def partitions(self) -> Optional[int]:
+        """How many library partitions the last call ran (1 for a fused call the library
+        fused; a call the library did not fuse ran 1 and then NumPy). None before the first call."""
+        plan = self.last_plan
+        return None if plan is None else getattr(plan.lowering, "partitions", 1)
+
+    @property
+    def fused(self) -> Optional[bool]:
+        """Whether the last call of an op with post-ops or int8 quantization ran as one fused
+        library partition (None for a plain op, or before the first call)."""
+        plan = self.last_plan
+        fused = getattr(plan.lowering, "fused", None) if plan is not None else None
+        return None if fused is None else bool(fused)
 
     @property
     def guard(self) -> Optional[str]:
@@ -260,6 +278,8 @@ class _Op:
         process (multiprocessing's spawn and forkserver, a Pool's arguments) compiles again."""
         state = dict(self.__dict__)
         state.update(_plans={}, last_plan=None, _fast=None)
+        if "_plain_op" in state:
+            state["_plain_op"] = None
         state.pop("_pid", None)  # see _fork
         return state
 
@@ -547,13 +567,18 @@ class ConvTranspose(_WeightsOp):
     )
 
     op_name = "ConvTranspose"
-    input_names = ("src", "weights", "bias")
+    input_names: tuple[str, ...] = ("src", "weights", "bias")
     output_name = "dst"
+    #: dtype code -> whether the library compiles fused graphs natively in it here
+    _NATIVE_FUSED: ClassVar[dict[str, bool]] = {}
 
     def __init__(
         self, *, strides: IntList = 1, pads_begin: IntList = 0, pads_end: IntList = 0,
         dilations: IntList = 1, auto_pad: str = "None", output_padding: IntList = 0,
         groups: int = 1, data_format: str = "NXC", weights_format: str = "XOI", strict: bool = False,
+        post_ops: Optional[Sequence[PostOp | str]] = None,
+        src_dequantize: Optional[Dequantize] = None, weights_dequantize: Optional[Dequantize] = None,
+        dst_quantize: Optional[Quantize] = None,
     ) -> None:
         super().__init__(
             dict(strides=strides, pads_begin=pads_begin, pads_end=pads_end, dilations=dilations,
@@ -561,29 +586,83 @@ class ConvTranspose(_WeightsOp):
                  data_format=data_format, weights_format=weights_format),
             strict,
         )
+        self.fusion = fusion.make_fusion(self.op_name, post_ops, src_dequantize, weights_dequantize, dst_quantize)
+        if self.fusion is not None:
+            self.input_names = self.fusion.input_names()
+        self._plain_op: Optional[ConvTranspose] = None
+
+    def __repr__(self) -> str:
+        text = super().__repr__()
+        f = self.fusion
+        if f is None:
+            return text
+        extra = [f"post_ops={list(f.post_ops)!r}"] if f.post_ops else []
+        for name in ("src_dequantize", "weights_dequantize", "dst_quantize"):
+            if getattr(f, name) is not None:
+                extra.append(f"{name}={getattr(f, name)!r}")
+        return text[:-1] + ", " + ", ".join(extra) + ")"
 
     @overload
-    def __call__(self, src: Array, weights: Array, bias: Optional[Array] = None, *,
+    def __call__(self, src: Array, weights: Array, bias: Optional[Array] = None, *post_inputs: Array,
                  out: Optional[Array] = None) -> Array: ...
     @overload
-    def __call__(self, src: ArrayLike, weights: ArrayLike, bias: Optional[ArrayLike] = None, *,
-                 out: Optional[np.ndarray] = None) -> np.ndarray: ...
-    def __call__(self, src: Any, weights: Any, bias: Any = None, *, out: Any = None) -> Any:
+    def __call__(self, src: ArrayLike, weights: ArrayLike, bias: Optional[ArrayLike] = None,
+                 *post_inputs: ArrayLike, out: Optional[np.ndarray] = None) -> np.ndarray: ...
+    def __call__(self, src: Any, weights: Any, bias: Any = None, *post_inputs: Any, out: Any = None) -> Any:
         """Run the op.
 
         Args:
             src: (N, IC, X...) for NCX or (N, X..., IC) for NXC.
             weights: (IC, OC/groups, X...) for IOX or (X..., OC/groups, IC) for XOI.
             bias: optional, shape (OC,).
+            *post_inputs: the second tensor of each binary post-op (Add, Multiply, ...), in
+                chain order; each broadcasts NumPy-style to dst.
             out: optional array to write dst into (exact shape and dtype).
 
         Arrays are NumPy arrays, torch tensors or other DLPack producers (CPU memory), all
         of one type; the result has that type (see :mod:`onednn_convt.interop`).
 
         Returns:
-            dst, (N, OC, X...) or (N, X..., OC), in the inputs' dtype.
+            dst, (N, OC, X...) or (N, X..., OC), in the inputs' dtype (an int8 op: f32, or
+            the dtype of ``dst_quantize``).
         """
+        if post_inputs or self.fusion is not None:
+            want = 0 if self.fusion is None else len(self.fusion.binary)
+            if len(post_inputs) != want or any(x is None for x in post_inputs):
+                names = ", ".join(self.input_names[3:]) or "none"
+                msg = f"{self.op_name}: expected {want} post-op tensor(s) after the bias ({names}), got {len(post_inputs)}"
+                raise TypeError(msg)
+            return self._call((src, weights, bias, *post_inputs), out)
         return self._call((src, weights, bias), out)
+
+    def with_constant_weights(self, weights: ArrayLike) -> ConstantWeights:
+        if self.fusion is not None:
+            msg = f"{self.op_name}: with_constant_weights is for ops without post-ops or quantization"
+            raise ValueError(msg)
+        return super().with_constant_weights(weights)
+
+    def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Any:
+        if self.fusion is not None:
+            return fusion.make_plan(self, arrays, out)
+        return super()._make_plan(arrays, out)
+
+    def _plain(self) -> ConvTranspose:
+        """This op without post-ops or quantization (a fused call's unfused fallback)."""
+        if self._plain_op is None:
+            plain = ConvTranspose.__new__(ConvTranspose)
+            _Op.__init__(plain, dict(self.attrs), self.strict)
+            plain.fusion, plain._plain_op = None, None
+            self._plain_op = plain
+        return self._plain_op
+
+    def _convtranspose_attrs(self, src_shape: Sequence[int], w_shape: Sequence[int]) -> dict[str, Any]:
+        """The library ConvTranspose's attributes for these (checked) shapes."""
+        xs = shapes.split_activation(src_shape, self.attrs["data_format"])[2]
+        kernel = shapes.split_weights(w_shape, self.attrs["weights_format"])[2]
+        geometry = self._geometry(len(xs), kernel)
+        attrs = self._library_attrs(geometry)
+        attrs["output_padding"] = list(schema.per_dim(self.op_name, "output_padding", self.attrs["output_padding"], len(xs)))
+        return attrs
 
     def _lower(self, arrays: Sequence[Any]) -> Lowering:
         src, w, bias = arrays

@@ -8,6 +8,8 @@ operations
 * ``ConvTransposeBackwardData`` (:func:`conv_transpose_backward_data`),
 * ``ConvTransposeBackwardWeights`` (:func:`conv_transpose_backward_weights`),
 
+with the post-ops and (de)quantization of a fused ConvTranspose
+(:func:`fused_conv_transpose`, :func:`post_op`, :func:`quantize`, :func:`dequantize`),
 and depends on nothing but NumPy and the standard library (in particular, not on oneDNN and
 not on the rest of this package). All inputs are converted to ``float64`` and every result is
 a ``float64`` array.
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Union
 
 import numpy as np
@@ -47,6 +49,11 @@ __all__ = [
     "conv_transpose",
     "conv_transpose_backward_data",
     "conv_transpose_backward_weights",
+    "dequantize",
+    "dequantize_weights",
+    "fused_conv_transpose",
+    "post_op",
+    "quantize",
     "resolve_pads",
 ]
 
@@ -644,3 +651,154 @@ def conv_transpose_backward_weights(
         slab = dd_cl[dd_idx].reshape(m, g, o).transpose(1, 0, 2)  # (G, M, O)
         dw[kpos] = np.matmul(xg_t, slab).reshape(ic, o)
     return _weights_from_kio(dw, weights_format)
+
+
+# -- post-ops and (de)quantization of a fused ConvTranspose ---------------------------------
+# The library's definitions (oneDNN Graph op pages, eltwise and binary primitives), in
+# float64. onednn_convt.post_ops names these kinds and their attributes; the math is here.
+
+
+def _erf(x: _F64) -> _F64:
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x), np.float64)
+
+
+def _softplus(x: _F64, beta: float) -> _F64:
+    return np.asarray(np.logaddexp(0.0, beta * x) / beta)
+
+
+_UNARY: dict[str, Callable[[_F64, Mapping[str, float]], _F64]] = {
+    "Abs": lambda x, a: np.abs(x),
+    "Clamp": lambda x, a: np.clip(x, a["min"], a["max"]),
+    "Elu": lambda x, a: np.where(x > 0, x, a["alpha"] * np.expm1(np.minimum(x, 0))),
+    "Exp": lambda x, a: np.exp(x),
+    "GELU": lambda x, a: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),  # the erf form
+    "HardSigmoid": lambda x, a: np.clip(a["alpha"] * x + a["beta"], 0.0, 1.0),
+    "HardSwish": lambda x, a: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0),
+    "LeakyReLU": lambda x, a: np.where(x >= 0, x, a["alpha"] * x),
+    "Log": lambda x, a: np.log(x),
+    "Mish": lambda x, a: x * np.tanh(_softplus(x, 1.0)),
+    "ReLU": lambda x, a: np.maximum(x, 0.0),
+    "Round": lambda x, a: np.rint(x),  # half to even, as the library's nearbyint
+    "Sigmoid": lambda x, a: 0.5 * (1.0 + np.tanh(0.5 * x)),
+    "SoftPlus": lambda x, a: _softplus(x, a.get("beta", 1.0)),
+    "Sqrt": lambda x, a: np.sqrt(x),
+    "Square": lambda x, a: np.square(x),
+    "Tanh": lambda x, a: np.tanh(x),
+}
+_BINARY: dict[str, Callable[[_F64, _F64], _F64]] = {
+    "Add": np.add, "Subtract": np.subtract, "Multiply": np.multiply, "Divide": np.divide,
+    "Maximum": np.maximum, "Minimum": np.minimum,
+}
+#: post-op kinds the reference computes, unary then binary
+UNARY_KINDS = tuple(_UNARY)
+BINARY_KINDS = tuple(_BINARY)
+_INT_RANGES = {"u8": (0, 255), "s8": (-128, 127)}
+
+
+def post_op(kind: str, x: npt.ArrayLike, other: npt.ArrayLike | None = None, **attrs: float) -> _F64:
+    """One post-op (library name ``kind``) on ``x``, float64. Binary kinds take ``other``,
+    broadcast NumPy-style; unary kinds their f32 attributes (``alpha``, ``beta``, ``min``,
+    ``max``). Non-finite results (Log of a negative) are NaN or Inf, without warnings."""
+    x64 = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        if kind in _BINARY:
+            if other is None:
+                raise ValueError(f"reference.post_op: {kind} needs a second tensor")
+            return np.asarray(_BINARY[kind](x64, np.asarray(other, np.float64)))
+        if kind not in _UNARY:
+            raise ValueError(f"reference.post_op: unknown kind {kind!r}")
+        return np.asarray(_UNARY[kind](x64, attrs), np.float64)
+
+
+def _along(values: Sequence[float], rank: int, axis: int, per_channel: bool) -> _F64:
+    v = np.asarray(values, np.float64)
+    if not per_channel:
+        return v.reshape(())
+    shape = [1] * rank
+    shape[axis % rank] = v.size
+    return v.reshape(shape)
+
+
+def dequantize(x: npt.ArrayLike, scales: Sequence[float], zps: Sequence[int] | None = None,
+               qtype: str = "per_tensor", axis: int = 1) -> _F64:
+    """The library's Dequantize: ``(x - zps) * scales``, per tensor or along ``axis``."""
+    x64 = np.asarray(x, np.float64)
+    per = qtype == "per_channel"
+    z = [0] * len(scales) if zps is None else zps
+    return (x64 - _along(z, x64.ndim, axis, per)) * _along(scales, x64.ndim, axis, per)
+
+
+def quantize(x: npt.ArrayLike, scales: Sequence[float], zps: Sequence[int] | None = None,
+             dtype: str = "u8", qtype: str = "per_tensor", axis: int = 1) -> _F64:
+    """The library's Quantize into ``dtype`` (``"u8"``/``"s8"``): round half to even of
+    ``x / scales + zps``, saturated; float64 integers."""
+    x64 = np.asarray(x, np.float64)
+    per = qtype == "per_channel"
+    z = [0] * len(scales) if zps is None else zps
+    lo, hi = _INT_RANGES[dtype]
+    with np.errstate(all="ignore"):
+        return np.clip(np.rint(x64 / _along(scales, x64.ndim, axis, per) + _along(z, x64.ndim, axis, per)), lo, hi)
+
+
+def dequantize_weights(w: npt.ArrayLike, scales: Sequence[float], groups: int = 1,
+                       weights_format: str = "XOI") -> _F64:
+    """float64 ConvTranspose weights from s8 ``w``: one scale (per tensor) or one per output
+    channel, OC = O * groups, group-major (channel ``g * O + o``), as the library applies
+    per-channel weight scales."""
+    w64 = np.asarray(w, np.float64)
+    if len(scales) == 1:
+        return w64 * float(scales[0])
+    rank = w64.ndim
+    i_axis, o_axis = (0, 1) if weights_format == "IOX" else (rank - 1, rank - 2)
+    ic, o = w64.shape[i_axis], w64.shape[o_axis]
+    per_input = np.repeat(np.asarray(scales, np.float64).reshape(groups, o), ic // groups, axis=0)
+    shape = [1] * rank
+    shape[i_axis], shape[o_axis] = ic, o
+    return w64 * (per_input.T if i_axis > o_axis else per_input).reshape(shape)
+
+
+def fused_conv_transpose(
+    src: npt.ArrayLike,
+    weights: npt.ArrayLike,
+    bias: npt.ArrayLike | None = None,
+    post_inputs: Sequence[npt.ArrayLike] = (),
+    *,
+    post_ops: Sequence[object] = (),
+    src_dequantize: object | None = None,
+    weights_dequantize: object | None = None,
+    dst_quantize: object | None = None,
+    **attrs: object,
+) -> _F64:
+    """A fused ConvTranspose in float64: dequantize (int8), :func:`conv_transpose` with
+    ``attrs``, the post-ops in order, quantize.
+
+    ``post_ops`` are objects with ``kind``, ``attrs`` and ``dequantize`` (as
+    ``onednn_convt.PostOp``); a binary one takes the next of ``post_inputs``. The
+    quantization arguments have ``scales``, ``zps``, ``qtype``, ``axis`` (``dst_quantize``
+    also ``dtype``), as ``onednn_convt.Dequantize`` / ``Quantize``; weights scales run over
+    the output channels (:func:`dequantize_weights`). An int8 result is float64 integers.
+    """
+
+    def deq(q: object, x: npt.ArrayLike) -> _F64:
+        return dequantize(x, q.scales, q.zps, q.qtype, q.axis)  # type: ignore[attr-defined]
+
+    groups = int(attrs.get("groups", 1))  # type: ignore[call-overload]
+    weights_format = str(attrs.get("weights_format", "XOI"))
+    if src_dequantize is not None:
+        src = deq(src_dequantize, src)
+    if weights_dequantize is not None:
+        weights = dequantize_weights(weights, weights_dequantize.scales, groups, weights_format)  # type: ignore[attr-defined]
+    y = conv_transpose(src, weights, bias, **attrs)  # type: ignore[arg-type]
+    operands = iter(post_inputs)
+    for p in post_ops:
+        kind = p.kind  # type: ignore[attr-defined]
+        other = None
+        if kind in _BINARY:
+            other = next(operands)
+            if getattr(p, "dequantize", None) is not None:
+                other = deq(p.dequantize, other)  # type: ignore[attr-defined]
+        y = post_op(kind, y, other, **dict(p.attrs))  # type: ignore[attr-defined]
+    if dst_quantize is not None:
+        q = dst_quantize
+        y = quantize(y, q.scales, q.zps, q.dtype, q.qtype, q.axis)  # type: ignore[attr-defined]
+    return y

@@ -31,6 +31,8 @@ lt::data_type to_data_type(const std::string &kind, const std::string &name) {
     if (name == "bf16") return lt::data_type::bf16;
     if (name == "f16") return lt::data_type::f16;
     if (name == "s32") return lt::data_type::s32;
+    if (name == "u8") return lt::data_type::u8;
+    if (name == "s8") return lt::data_type::s8;
     invalid(kind, "unknown dtype code '" + name + "'");
 }
 
@@ -43,6 +45,36 @@ dg::op::kind to_op_kind(const std::string &kind) {
             {"ConvolutionBackwardData", dg::op::kind::ConvolutionBackwardData},
             {"ConvolutionBackwardWeights", dg::op::kind::ConvolutionBackwardWeights},
             {"MatMul", dg::op::kind::MatMul},
+            // what a fused graph adds around a ConvTranspose (ops.py and post_ops.py say
+            // which the library fuses): bias, (de)quantization, binary and unary post-ops
+            {"BiasAdd", dg::op::kind::BiasAdd},
+            {"Dequantize", dg::op::kind::Dequantize},
+            {"Quantize", dg::op::kind::Quantize},
+            {"TypeCast", dg::op::kind::TypeCast},
+            {"Add", dg::op::kind::Add},
+            {"Subtract", dg::op::kind::Subtract},
+            {"Multiply", dg::op::kind::Multiply},
+            {"Divide", dg::op::kind::Divide},
+            {"Maximum", dg::op::kind::Maximum},
+            {"Minimum", dg::op::kind::Minimum},
+            {"Abs", dg::op::kind::Abs},
+            {"Clamp", dg::op::kind::Clamp},
+            {"Elu", dg::op::kind::Elu},
+            {"Exp", dg::op::kind::Exp},
+            {"GELU", dg::op::kind::GELU},
+            {"HardSigmoid", dg::op::kind::HardSigmoid},
+            {"HardSwish", dg::op::kind::HardSwish},
+            {"LeakyReLU", dg::op::kind::LeakyReLU},
+            {"Log", dg::op::kind::Log},
+            {"Mish", dg::op::kind::Mish},
+            {"Pow", dg::op::kind::Pow},
+            {"ReLU", dg::op::kind::ReLU},
+            {"Round", dg::op::kind::Round},
+            {"Sigmoid", dg::op::kind::Sigmoid},
+            {"SoftPlus", dg::op::kind::SoftPlus},
+            {"Sqrt", dg::op::kind::Sqrt},
+            {"Square", dg::op::kind::Square},
+            {"Tanh", dg::op::kind::Tanh},
     };
     auto it = kinds.find(kind);
     if (it == kinds.end()) invalid(kind, "unsupported op kind");
@@ -62,6 +94,15 @@ dg::op::attr to_attr(const std::string &kind, const std::string &name) {
             {"output_padding", dg::op::attr::output_padding},
             {"weights_shape", dg::op::attr::weights_shape},
             {"dst_shape", dg::op::attr::dst_shape},
+            {"alpha", dg::op::attr::alpha},
+            {"beta", dg::op::attr::beta},
+            {"min", dg::op::attr::min},
+            {"max", dg::op::attr::max},
+            {"scales", dg::op::attr::scales},
+            {"zps", dg::op::attr::zps},
+            {"axis", dg::op::attr::axis},
+            {"qtype", dg::op::attr::qtype},
+            {"auto_broadcast", dg::op::attr::auto_broadcast},
     };
     auto it = attrs.find(name);
     if (it == attrs.end()) invalid(kind, "unknown attribute '" + name + "'");
@@ -180,6 +221,60 @@ void check_arguments(const OpSpec &s) {
     }
 }
 
+void set_attrs(dg::op &op, const std::string &kind, const Attrs &attrs) {
+    for (const auto &[name, value] : attrs) {
+        const auto a = to_attr(kind, name);
+        if (auto *i = std::get_if<int64_t>(&value)) op.set_attr<int64_t>(a, *i);
+        else if (auto *d = std::get_if<Dims>(&value)) op.set_attr<std::vector<int64_t>>(a, *d);
+        else if (auto *x = std::get_if<double>(&value)) op.set_attr<float>(a, static_cast<float>(*x));
+        else if (auto *f = std::get_if<Floats>(&value))
+            op.set_attr<std::vector<float>>(a, std::vector<float>(f->begin(), f->end()));
+        else op.set_attr<std::string>(a, std::get<std::string>(value));
+    }
+}
+
+void check_tensor(const std::string &kind, const TensorDesc &t) {
+    if (t.shape.empty() || t.shape.size() > 6 || t.shape.size() != t.strides.size())
+        invalid(kind, "tensors must have rank 1 to 6, with one stride per dimension");
+    for (auto d : t.shape)
+        if (d < 1 || d > kMaxValue) invalid(kind, "every dimension must be in [1, 2^31)");
+}
+
+// A graph's wiring (inputs in range, each node taking earlier nodes' outputs, every tensor
+// used once it is made), and each convolution-family node checked as a single op.
+void check_graph(const OpSpec &s) {
+    const std::string &k = s.kind;
+    if (!s.attrs.empty()) invalid(k, "a graph's attributes belong to its nodes");
+    std::vector<bool> input_used(s.inputs.size(), false), output_used(s.nodes.size(), false);
+    for (const auto &t : s.inputs) check_tensor(k, t);
+    check_tensor(k, s.output);
+    for (size_t n = 0; n < s.nodes.size(); ++n) {
+        const NodeSpec &node = s.nodes[n];
+        const bool last = n + 1 == s.nodes.size();
+        OpSpec single{node.kind, node.attrs, {}, last ? s.output : node.output, {}, {}};
+        check_tensor(node.kind, single.output);
+        if (node.inputs.empty()) invalid(node.kind, "a node needs an input");
+        for (auto ref : node.inputs) {
+            if (ref >= static_cast<int64_t>(s.inputs.size())) invalid(k, "node input index out of range");
+            if (ref >= 0) {
+                input_used[static_cast<size_t>(ref)] = true;
+                single.inputs.push_back(s.inputs[static_cast<size_t>(ref)]);
+                continue;
+            }
+            const int64_t from = -1 - ref;
+            if (from >= static_cast<int64_t>(n)) invalid(k, "a node may take only earlier nodes' outputs");
+            output_used[static_cast<size_t>(from)] = true;
+            single.inputs.push_back(s.nodes[static_cast<size_t>(from)].output);
+        }
+        to_op_kind(node.kind);  // a kind we know
+        if (node.kind.rfind("Conv", 0) == 0 || node.kind == "MatMul") check_arguments(single);
+    }
+    for (bool used : input_used)
+        if (!used) invalid(k, "every graph input must feed a node");
+    for (size_t n = 0; n + 1 < s.nodes.size(); ++n)
+        if (!output_used[n]) invalid(k, "every node but the last must feed a later node");
+}
+
 // Striped by spec key rather than one per CompiledOp: a lock that outlives any one compile
 // of the spec, should the library ever share state between compiles of it (its own
 // compiled-partition cache could, before module.cpp turned it off).
@@ -252,59 +347,110 @@ std::string OpSpec::key() const {
         for (auto x : d) os << x << ',';
         os << ';';
     };
-    os << kind << '|';
-    for (const auto &[name, value] : attrs) {
-        os << name << '=';
-        if (auto *i = std::get_if<int64_t>(&value)) os << *i << ';';
-        else if (auto *d = std::get_if<Dims>(&value)) dims(*d);
-        else os << std::get<std::string>(value) << ';';
-    }
-    for (size_t c : constant_inputs) os << "|const" << c;
-    for (const auto &t : inputs) {
-        os << '|' << t.dtype << ':';
+    os.precision(17);  // f32 attributes exactly
+    auto attributes = [&](const Attrs &a) {
+        for (const auto &[name, value] : a) {
+            os << name << '=';
+            if (auto *i = std::get_if<int64_t>(&value)) os << *i << ';';
+            else if (auto *d = std::get_if<Dims>(&value)) dims(*d);
+            else if (auto *x = std::get_if<double>(&value)) os << 'f' << *x << ';';
+            else if (auto *f = std::get_if<Floats>(&value)) {
+                for (auto v : *f) os << v << ',';
+                os << "f;";
+            } else os << std::get<std::string>(value) << ';';
+        }
+    };
+    auto tensor = [&](const TensorDesc &t) {
+        os << t.dtype << ':';
         dims(t.shape);
         dims(t.strides);
+    };
+    os << kind << '|';
+    attributes(attrs);
+    for (size_t c : constant_inputs) os << "|const" << c;
+    for (const auto &t : inputs) {
+        os << '|';
+        tensor(t);
     }
-    os << "|>" << output.dtype << ':';
-    dims(output.shape);
-    dims(output.strides);
+    os << "|>";
+    tensor(output);
+    for (const auto &n : nodes) {
+        os << "|node " << n.kind << '(';
+        for (auto i : n.inputs) os << i << ',';
+        os << ')';
+        attributes(n.attrs);
+        os << '>';
+        tensor(n.output);
+    }
     return os.str();
 }
 
 CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
     teardown_unlock();  // before anything of the library's in this thread (see teardown_mutex)
     const std::string &k = spec_.kind;
-    check_arguments(spec_);
+    if (spec_.nodes.empty()) check_arguments(spec_);
+    else check_graph(spec_);
     for (size_t c : spec_.constant_inputs)
         if (c >= spec_.inputs.size()) invalid(k, "constant input index out of range");
-    const size_t count = spec_.inputs.size() + 1;
+    const size_t count = spec_.inputs.size() + std::max<size_t>(1, spec_.nodes.size());
     size_t id = spec_.constant_inputs.empty() ? 0 : next_private_id.fetch_add(count);
+    std::vector<lt> inputs;
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
         const auto &c = spec_.constant_inputs;
         const bool constant = std::find(c.begin(), c.end(), i) != c.end();
-        input_lts_.push_back(make_lt(k, id++, spec_.inputs[i], constant));
-    }
-    output_lt_ = make_lt(k, id, spec_.output, false);
-
-    dg::op op(0, to_op_kind(k), input_lts_, {output_lt_}, k);
-    for (const auto &[name, value] : spec_.attrs) {
-        const auto a = to_attr(k, name);
-        if (auto *i = std::get_if<int64_t>(&value)) op.set_attr<int64_t>(a, *i);
-        else if (auto *d = std::get_if<Dims>(&value)) op.set_attr<std::vector<int64_t>>(a, *d);
-        else op.set_attr<std::string>(a, std::get<std::string>(value));
+        inputs.push_back(make_lt(k, id++, spec_.inputs[i], constant));
     }
     dg::graph g(dnnl::engine::kind::cpu);
-    g.add_op(op);
+    if (spec_.nodes.empty()) {
+        output_lt_ = make_lt(k, id, spec_.output, false);
+        dg::op op(0, to_op_kind(k), inputs, {output_lt_}, k);
+        set_attrs(op, k, spec_.attrs);
+        g.add_op(op);
+    } else {
+        std::vector<lt> outputs;  // node n writes outputs[n]; the last one is the graph's
+        for (size_t n = 0; n < spec_.nodes.size(); ++n) {
+            const NodeSpec &node = spec_.nodes[n];
+            const bool last = n + 1 == spec_.nodes.size();
+            outputs.push_back(make_lt(node.kind, id++, last ? spec_.output : node.output, false));
+            std::vector<lt> in;
+            for (auto ref : node.inputs) in.push_back(ref >= 0 ? inputs[ref] : outputs[-1 - ref]);
+            dg::op op(n, to_op_kind(node.kind), in, {outputs.back()}, node.kind);
+            set_attrs(op, node.kind, node.attrs);
+            g.add_op(op);
+        }
+        output_lt_ = outputs.back();
+    }
     g.finalize();
     auto partitions = g.get_partitions();
-    if (partitions.size() != 1 || !partitions[0].is_supported())
-        throw dnnl::error(dnnl_unimplemented, (k + ": no supported partition").c_str());
+    if (partitions.size() != 1 || !partitions[0].is_supported()) {
+        std::string what = ": no supported partition";
+        if (!spec_.nodes.empty())
+            what = ": the library does not fuse this graph into one partition (" +
+                   std::to_string(partitions.size()) + " partitions)";
+        // dnnl::error keeps the pointer it is given: the text must outlive the exception
+        thread_local std::string message;
+        message = k + what;
+        throw dnnl::error(dnnl_unimplemented, message.c_str());
+    }
+    // the partition's input ports in its own order (a fused graph's may differ from ours)
+    for (const auto &port : partitions[0].get_input_ports()) {
+        auto it = std::find_if(inputs.begin(), inputs.end(),
+                               [&](const lt &t) { return t.get_id() == port.get_id(); });
+        if (it == inputs.end()) invalid(k, "the partition takes a tensor that is not a graph input");
+        input_order_.push_back(static_cast<size_t>(it - inputs.begin()));
+        input_lts_.push_back(*it);
+    }
+    if (input_lts_.size() != inputs.size()) invalid(k, "the partition does not take every graph input");
     compiled_ = partitions[0].compile(input_lts_, {output_lt_}, cpu_engine());
     // ConvolutionBackwardWeights shares it too (measured: 20 of 100 concurrent calls wrong),
     // and so does ConvolutionBackwardData (4 threads on one partition: wrong values in 25-30
     // of 30 rounds; one partition per thread: none)
-    serialized_ = k == "ConvTransposeBackwardWeights" || k == "ConvolutionBackwardWeights" ||
-                  k == "ConvolutionBackwardData";
+    auto shared_scratchpad = [](const std::string &kind) {
+        return kind == "ConvTransposeBackwardWeights" || kind == "ConvolutionBackwardWeights" ||
+               kind == "ConvolutionBackwardData";
+    };
+    serialized_ = shared_scratchpad(k);
+    for (const auto &node : spec_.nodes) serialized_ = serialized_ || shared_scratchpad(node.kind);
     key_hash_ = std::hash<std::string>{}(spec_.key());
 }
 
@@ -324,7 +470,7 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
     std::vector<dg::tensor> in;
     in.reserve(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i)
-        in.emplace_back(input_lts_[i], cpu_engine(), inputs[i]);
+        in.emplace_back(input_lts_[i], cpu_engine(), inputs[input_order_[i]]);
     std::vector<dg::tensor> out{dg::tensor(output_lt_, cpu_engine(), output)};
     std::unique_lock<std::mutex> lock;
     if (serialized_) lock = std::unique_lock<std::mutex>(execution_locks[key_hash_ % kLockStripes]);

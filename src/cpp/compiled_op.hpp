@@ -1,4 +1,6 @@
-// One oneDNN Graph op, compiled for the CPU engine, run on caller-owned memory.
+// One oneDNN Graph op, or a chain of ops the library fuses into one partition (a
+// ConvTranspose with its bias, post-ops and (de)quantization), compiled for the CPU engine
+// and run on caller-owned memory.
 //
 // The caller (the Python layer) has already resolved every attribute: this file knows no
 // defaults and no spec spellings. It still refuses arguments that would crash oneDNN 3.2
@@ -16,20 +18,31 @@
 namespace onednn_convt {
 
 using Dims = std::vector<int64_t>;
-using AttrValue = std::variant<int64_t, Dims, std::string>;
+using Floats = std::vector<double>;  // f32 attributes (alpha, scales, ...) as Python gives them
+using AttrValue = std::variant<int64_t, Dims, std::string, double, Floats>;
 using Attrs = std::map<std::string, AttrValue>;  // ordered: part of the cache key
 
 // A strided tensor as the caller will pass it: shape and strides in elements.
 struct TensorDesc {
     Dims shape;
     Dims strides;
-    std::string dtype;  // "f32", "bf16", "f16", "s32"
+    std::string dtype;  // "f32", "bf16", "f16", "s32", "u8", "s8"
+};
+
+// One op of a fused graph. Its inputs are the graph's inputs (index >= 0) or the outputs of
+// earlier nodes (index -1 - k for node k); its output is an intermediate tensor, except for
+// the last node's, which is the graph's output.
+struct NodeSpec {
+    std::string kind;
+    Attrs attrs;
+    std::vector<int64_t> inputs;
+    TensorDesc output;
 };
 
 // What identifies a compiled partition: everything that changes the compiled code.
 struct OpSpec {
-    std::string kind;  // library op kind: "ConvTranspose", "Convolution", ...
-    Attrs attrs;
+    std::string kind;  // library op kind: "ConvTranspose", "Convolution", ... (a graph: its name)
+    Attrs attrs;  // the op's attributes (a graph: empty, each node has its own)
     std::vector<TensorDesc> inputs;
     TensorDesc output;
     // Inputs whose values the caller promises never change: the library reorders them on
@@ -38,6 +51,9 @@ struct OpSpec {
     // module.cpp compiles it outside PartitionCache, and CompiledOp gives its logical
     // tensors ids no other compile uses.
     std::vector<size_t> constant_inputs;
+    // Empty: one op `kind` over `inputs`. Else the graph these nodes make, which must compile
+    // into one partition; the last node writes `output`.
+    std::vector<NodeSpec> nodes;
 
     std::string key() const;
 };
@@ -62,7 +78,8 @@ private:
     bool serialized_ = false;
     size_t key_hash_ = 0;
     dnnl::graph::compiled_partition compiled_;
-    std::vector<dnnl::graph::logical_tensor> input_lts_;
+    std::vector<dnnl::graph::logical_tensor> input_lts_;  // in the partition's port order
+    std::vector<size_t> input_order_;  // port i takes the caller's input input_order_[i]
     dnnl::graph::logical_tensor output_lt_;
 };
 

@@ -34,13 +34,32 @@ Attrs to_attrs(const py::dict &d) {
         auto name = item.first.cast<std::string>();
         py::handle v = item.second;
         if (py::isinstance<py::str>(v)) attrs[name] = v.cast<std::string>();
+        else if (py::isinstance<py::bool_>(v)) throw std::invalid_argument("attribute " + name + ": a bool");
         else if (py::isinstance<py::int_>(v)) attrs[name] = v.cast<int64_t>();
-        else attrs[name] = v.cast<Dims>();
+        else if (py::isinstance<py::float_>(v)) attrs[name] = v.cast<double>();
+        else {
+            // a list: of floats (an f32 attribute such as scales) if its first item is one
+            auto seq = v.cast<py::sequence>();
+            if (seq.size() > 0 && py::isinstance<py::float_>(seq[0])) attrs[name] = v.cast<Floats>();
+            else attrs[name] = v.cast<Dims>();
+        }
     }
     return attrs;
 }
 
-size_t itemsize_of(const std::string &dtype) { return (dtype == "bf16" || dtype == "f16") ? 2 : 4; }
+size_t itemsize_of(const std::string &dtype) {
+    if (dtype == "u8" || dtype == "s8") return 1;
+    return (dtype == "bf16" || dtype == "f16") ? 2 : 4;
+}
+
+// (kind, attrs, inputs, output): `inputs` index the graph's inputs (>= 0) or earlier nodes'
+// outputs (-1 - k for node k); `output` is the node's tensor description.
+NodeSpec to_node(const py::handle &obj) {
+    auto t = obj.cast<py::tuple>();
+    if (t.size() != 4) throw std::invalid_argument("node description must be (kind, attrs, inputs, output)");
+    return {t[0].cast<std::string>(), to_attrs(t[1].cast<py::dict>()), t[2].cast<std::vector<int64_t>>(),
+            to_desc(t[3])};
+}
 
 // Checks an array against the description it was compiled for and returns its pointer.
 void *checked_pointer(const CompiledOp &op, py::array a, const TensorDesc &d,
@@ -103,7 +122,8 @@ struct SignatureMismatch : std::exception {
 // The per-call fast path of one op object: a compiled op plus the NumPy dtypes it was
 // planned for. It runs only arrays that match the plan exactly (dtype, shape, strides,
 // alignment, no overlap between out and the inputs) and allocates the output itself.
-// `order` maps the library's inputs to the call's (a lowering may swap them).
+// `order` maps the library's inputs to the call's (a lowering may swap them); a call input
+// in no order entry (a fused call's missing bias) must be None.
 // With finite_code set ("bf16"/"f16"), a result holding an Inf or NaN also raises
 // SignatureMismatch after the run, so that the Python layer redoes the call its own way
 // (oneDNN 3.2's native low-precision kernels spread non-finite values; see ops.py).
@@ -114,6 +134,8 @@ struct Executor {
     PyCompiledOp compiled;
     std::vector<py::dtype> input_dtypes;
     std::vector<size_t> order;  // library input i is the call's input order[i]
+    size_t call_size;  // the call's inputs, those in `order` and `unused` ones, which must be None
+    std::vector<size_t> unused;
     py::dtype output_dtype;
     bool dense_output;  // whether an output it allocates (C order) matches the compiled one
     std::string finite_code;
@@ -163,7 +185,9 @@ struct Executor {
 
     py::array run(const py::tuple &inputs, const py::object &out) const {
         const auto &spec = compiled.op->spec();
-        if (inputs.size() != order.size()) throw SignatureMismatch();
+        if (inputs.size() != call_size) throw SignatureMismatch();
+        for (size_t i : unused)  // an input this plan was made without (a bias, say)
+            if (!inputs[i].is_none()) throw SignatureMismatch();
         std::vector<void *> ptrs(order.size());
         for (size_t i = 0; i < order.size(); ++i) {
             const auto h = inputs[order[i]];
@@ -179,7 +203,7 @@ struct Executor {
             result = py::reinterpret_borrow<py::array>(out);
             if (!result.writeable()) throw SignatureMismatch();
             auto [lo, hi] = extent(result);
-            for (size_t i = 0; i < inputs.size(); ++i) {
+            for (size_t i : order) {
                 auto [a, b] = extent(py::reinterpret_borrow<py::array>(inputs[i]));
                 if (a < hi && lo < b) throw SignatureMismatch();
             }
@@ -268,7 +292,8 @@ PYBIND11_MODULE(_core, m) {
     py::register_exception<SignatureMismatch>(m, "SignatureMismatch");
     py::class_<Executor>(m, "Executor")
             .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out,
-                             std::string finite_code, std::vector<size_t> order, std::string emulated) {
+                             std::string finite_code, std::vector<size_t> order, std::string emulated,
+                             size_t call_size) {
                      const auto &spec = c.op->spec();
                      if (in.size() != spec.inputs.size())
                          throw std::invalid_argument("Executor: one dtype per input expected");
@@ -276,13 +301,17 @@ PYBIND11_MODULE(_core, m) {
                          for (size_t i = 0; i < in.size(); ++i) order.push_back(i);
                      if (order.size() != in.size())
                          throw std::invalid_argument("Executor: one order entry per input expected");
-                     // a permutation of the call's inputs: each taken once, none out of range
-                     std::vector<bool> seen(order.size(), false);
+                     if (call_size == 0) call_size = order.size();
+                     // each of the call's inputs taken at most once, none out of range
+                     std::vector<bool> seen(call_size, false);
                      for (size_t k : order) {
-                         if (k >= order.size() || seen[k])
-                             throw std::invalid_argument("Executor: order must be a permutation");
+                         if (k >= call_size || seen[k])
+                             throw std::invalid_argument("Executor: order must take each call input at most once");
                          seen[k] = true;
                      }
+                     std::vector<size_t> unused;
+                     for (size_t k = 0; k < call_size; ++k)
+                         if (!seen[k]) unused.push_back(k);
                      const bool dense = Executor::is_dense(spec.output);
                      if (!emulated.empty()) {
                          // f32 op, dense tensors; the call's arrays are all of the emulated type
@@ -311,33 +340,37 @@ PYBIND11_MODULE(_core, m) {
                      if (!finite_code.empty() &&
                          (!dense || (finite_code != "bf16" && finite_code != "f16") || out.itemsize() != 2))
                          throw std::invalid_argument("Executor: finite_code needs a dense bf16 or f16 output");
-                     Executor e{c, std::move(in), std::move(order), std::move(out), dense,
-                                std::move(finite_code), std::move(emulated), {}, {}, 0};
+                     Executor e{c, std::move(in), std::move(order), call_size, std::move(unused), std::move(out),
+                                dense, std::move(finite_code), std::move(emulated), {}, {}, 0};
                      if (!e.emulated.empty()) e.plan_staging();
                      return e;
                  }),
                  py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"),
                  py::arg("finite_code") = "", py::arg("order") = std::vector<size_t>{},
-                 py::arg("emulated") = "")
+                 py::arg("emulated") = "", py::arg("call_size") = 0)
             .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
                  "Run on arrays matching the plan exactly, else raise SignatureMismatch.");
 
     m.def(
             "compile",
             [](const std::string &kind, const py::dict &attrs, const py::sequence &inputs,
-               const py::handle &output, std::vector<size_t> constant) {
-                OpSpec spec{kind, to_attrs(attrs), {}, to_desc(output), std::move(constant)};
+               const py::handle &output, std::vector<size_t> constant, const py::sequence &nodes) {
+                OpSpec spec{kind, to_attrs(attrs), {}, to_desc(output), std::move(constant), {}};
                 for (auto t : inputs) spec.inputs.push_back(to_desc(t));
+                for (auto n : nodes) spec.nodes.push_back(to_node(n));
                 py::gil_scoped_release release;
                 if (!spec.constant_inputs.empty())  // one set of values: never shared
                     return PyCompiledOp{std::make_shared<const CompiledOp>(std::move(spec))};
                 return PyCompiledOp{global_cache().get(std::move(spec))};
             },
             py::arg("kind"), py::arg("attrs"), py::arg("inputs"), py::arg("output"),
-            py::arg("constant") = std::vector<size_t>{},
+            py::arg("constant") = std::vector<size_t>{}, py::arg("nodes") = py::tuple(),
             "Compile (or fetch from the cache) one op. Tensors are (shape, strides in elements, dtype code).\n"
             "`constant`: indices of inputs whose values never change between runs; the library\n"
-            "reorders them once and caches the result. Such an op is compiled for its caller alone.");
+            "reorders them once and caches the result. Such an op is compiled for its caller alone.\n"
+            "`nodes`: a graph instead of one op, (kind, attrs, inputs, output) each, in order; an\n"
+            "input index >= 0 is the graph's input, -1 - k node k's output. `kind` then names the\n"
+            "graph, `attrs` is empty and the last node writes `output`. It must fuse into one partition.");
 
     m.def(
             "convert",

@@ -1,0 +1,429 @@
+"""A fused ConvTranspose call: ConvTranspose [+ bias] [+ post-ops], float or int8, as one
+library partition, and how it runs where the library does not fuse it.
+
+:class:`Fusion` is what a ``ConvTranspose(post_ops=..., src_dequantize=...,
+weights_dequantize=..., dst_quantize=...)`` adds to the plain op; :func:`make_plan` checks a
+call's tensors against it and compiles the graph (``Dequantize ->`` ConvTranspose ``->``
+post-ops ``-> Quantize``). Where the library's graph cannot run here it falls back, and
+says so in ``op.lowering``:
+
+- bf16/f16 without native kernels, or on a problem a guard keeps away from the library's
+  low-precision kernel (:mod:`onednn_convt.guards`): the same graph in f32, rounded once;
+- a graph the library does not fuse into one partition: the plain ConvTranspose in f32,
+  then the post-ops and the quantization in NumPy (float64, the reference's math).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+
+from . import _core, dtypes, guards, schema, shapes
+from .errors import UnsupportedError
+from . import reference
+from .post_ops import INT8_DTYPES, Dequantize, PostOp, Quantize, as_post_ops
+
+if TYPE_CHECKING:
+    from .ops import ConvTranspose
+
+F32 = np.dtype(np.float32)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """What follows (and, for int8, precedes) the ConvTranspose of a fused op.
+
+    Attributes:
+        post_ops: the chain, in order (at most :data:`onednn_convt.post_ops.MAX_CHAIN`).
+        src_dequantize, weights_dequantize: an int8 op's input quantization (both or none).
+        dst_quantize: an int8 op's output quantization; None: dst is f32.
+    """
+
+    post_ops: tuple[PostOp, ...]
+    src_dequantize: Optional[Dequantize] = None
+    weights_dequantize: Optional[Dequantize] = None
+    dst_quantize: Optional[Quantize] = None
+
+    @property
+    def int8(self) -> bool:
+        return self.src_dequantize is not None
+
+    @property
+    def binary(self) -> tuple[PostOp, ...]:
+        """The post-ops that take a second tensor, in call order."""
+        return tuple(p for p in self.post_ops if p.is_binary)
+
+    def input_names(self) -> tuple[str, ...]:
+        extra = tuple(f"post_ops[{i}] ({p.kind})" for i, p in enumerate(self.post_ops) if p.is_binary)
+        return ("src", "weights", "bias") + extra
+
+    def after(self, bias: bool) -> list[str]:
+        """The op kinds after the ConvTranspose."""
+        kinds = (["BiasAdd"] if bias else []) + [p.kind for p in self.post_ops]
+        return kinds + (["Quantize"] if self.dst_quantize is not None else [])
+
+    def chain(self, bias: bool) -> str:
+        """The graph's op kinds, joined by '+'."""
+        return "+".join((["Dequantize"] if self.int8 else []) + ["ConvTranspose"] + self.after(bias))
+
+
+def make_fusion(
+    where: str, post_ops: Any, src_dequantize: Any, weights_dequantize: Any, dst_quantize: Any
+) -> Optional[Fusion]:
+    """The checked Fusion of a ConvTranspose's arguments, or None for a plain op."""
+    chain = as_post_ops(where, post_ops)
+    for name, q, cls in (("src_dequantize", src_dequantize, Dequantize),
+                         ("weights_dequantize", weights_dequantize, Dequantize),
+                         ("dst_quantize", dst_quantize, Quantize)):
+        if q is not None and (not isinstance(q, cls) or (cls is Dequantize and isinstance(q, Quantize))):
+            msg = f"{where}: argument '{name}' expected a {cls.__name__}, got {type(q).__name__}"
+            raise TypeError(msg)
+    if (src_dequantize is None) != (weights_dequantize is None):
+        msg = f"{where}: an int8 ConvTranspose needs both 'src_dequantize' and 'weights_dequantize'"
+        raise ValueError(msg)
+    int8 = src_dequantize is not None
+    if dst_quantize is not None and not int8:
+        msg = f"{where}: 'dst_quantize' needs an int8 op (src_dequantize and weights_dequantize)"
+        raise ValueError(msg)
+    for i, p in enumerate(chain):
+        if p.dequantize is not None and not int8:
+            msg = f"{where}: post_ops[{i}] ({p.kind}) dequantizes its tensor, which needs an int8 op"
+            raise ValueError(msg)
+    if int8:
+        if any(z != 0 for z in weights_dequantize.zps):
+            msg = f"{where}: weights_dequantize expected zero points 0 (oneDNN 3.2 has no weights zero points), got {list(weights_dequantize.zps)}"
+            raise ValueError(msg)
+        for name, q in (("src_dequantize", src_dequantize), ("dst_quantize", dst_quantize)):
+            if q is not None and q.qtype != "per_tensor":
+                msg = f"{where}: {name} expected qtype 'per_tensor' (the library quantizes activations per tensor), got {q.qtype!r}"
+                raise ValueError(msg)
+        for i, p in enumerate(chain):
+            if p.dequantize is not None and p.dequantize.qtype != "per_tensor":
+                msg = f"{where}: post_ops[{i}] ({p.kind}) expected a per_tensor dequantize, got {p.dequantize.qtype!r}"
+                raise ValueError(msg)
+    if not chain and not int8:
+        return None
+    return Fusion(chain, src_dequantize, weights_dequantize, dst_quantize)
+
+
+@dataclass
+class FusedLowering:
+    """How a fused call ran: ``kind`` is the lowering string ``op.lowering`` shows."""
+
+    kind: str
+    out_shape: tuple[int, ...]
+    partitions: int
+    fused: bool
+    guard: Optional[str] = None
+
+
+def _dense(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _describe(a: np.ndarray, code: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+    return a.shape, tuple(s // a.itemsize for s in a.strides), code
+
+
+def _code(a: np.ndarray) -> str:
+    for code, dt in INT8_DTYPES.items():
+        if a.dtype == dt:
+            return code
+    return dtypes.code_of(a.dtype) or str(a.dtype)
+
+
+@dataclass
+class FusedPlan:
+    """A compiled fused call for one signature (or its unfused fallback)."""
+
+    op: ConvTranspose
+    fusion: Fusion
+    lowering: FusedLowering
+    out_dtype: np.dtype[Any]
+    operand_shapes: tuple[tuple[int, ...], ...]  # each binary operand at dst's rank
+    has_bias: bool
+    compiled: Any = None
+    emulated: bool = False  # bf16/f16 computed in f32
+    finite_guard: bool = False  # native bf16/f16: redo in f32 if the result is non-finite
+    executor: Any = None
+    fallback: Optional[FusedPlan] = None
+
+    def _library_inputs(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        return library_inputs(arrays, self.has_bias, self.operand_shapes, self.emulated)
+
+    def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
+        if self.compiled is None:
+            return self._run_unfused(arrays, out)
+        args = self._library_inputs(arrays)
+        shape = self.lowering.out_shape
+        compute = F32 if self.emulated else self.out_dtype
+        direct = not self.emulated and out is not None and out.flags.c_contiguous
+        result = out if out is not None and direct else np.empty(shape, compute)
+        self.compiled.execute(args, result)
+        if self.finite_guard and not dtypes.all_finite(result):
+            # oneDNN 3.2's native bf16/f16 kernels spread a non-finite value to outputs it
+            # does not reach (ops._Plan._guarded): the same graph in f32
+            if self.fallback is None:
+                self.fallback = make_plan(self.op, arrays, None, force_f32=True)
+            return self.fallback.run(arrays, out)
+        if self.emulated:
+            return dtypes.round_f32(result, self.out_dtype, out)
+        if out is not None and not direct:
+            np.copyto(out, result)
+            return out
+        return result
+
+    def _run_unfused(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
+        """The plain ConvTranspose in f32, then post-ops and quantization in float64."""
+        f = self.fusion
+        src, w, bias, *operands = arrays
+        if f.int8:
+            assert f.src_dequantize is not None and f.weights_dequantize is not None
+            src32 = f.src_dequantize.apply(src).astype(np.float32)
+            wq = f.weights_dequantize
+            w32 = reference.dequantize_weights(w, wq.scales, self.op.attrs["groups"],  # type: ignore[arg-type]
+                                               self.op.attrs["weights_format"]).astype(np.float32)
+            b32 = None if bias is None else bias.astype(np.float32)
+        else:
+            src32, w32 = dtypes.to_f32(src), dtypes.to_f32(w)
+            b32 = None if bias is None else dtypes.to_f32(bias)
+        y = np.asarray(self.op._plain()(src32, w32, b32), np.float64)
+        binary = iter(operands)
+        for p in f.post_ops:
+            y = p.apply(y, next(binary) if p.is_binary else None)
+        if f.dst_quantize is not None:
+            y = f.dst_quantize.apply(y)
+        result = y.astype(self.out_dtype) if self.out_dtype.kind in "iu" else dtypes.round_f32(
+            y.astype(np.float32), self.out_dtype)
+        if out is not None:
+            np.copyto(out, result)
+            return out
+        return result
+
+
+def _positive(a: np.ndarray) -> np.ndarray:
+    """``a``, or a C-contiguous copy where its strides are not positive or it is misaligned."""
+    if a.flags.aligned and all(st > 0 for st in a.strides):
+        return a
+    return np.ascontiguousarray(a)
+
+
+def library_inputs(arrays: Sequence[Any], has_bias: bool, operand_shapes: Sequence[tuple[int, ...]],
+                   emulated: bool) -> list[np.ndarray]:
+    """The arrays the library takes: src, weights, the bias if given, each binary operand at
+    dst's rank (a view); f32 copies when emulated."""
+    src, w, bias, *operands = arrays
+    args = [src, w] + ([bias] if has_bias else []) + [x.reshape(s) for x, s in zip(operands, operand_shapes)]
+    if emulated:
+        return [dtypes.to_f32(a) for a in args]
+    return [_positive(a) for a in args]
+
+
+def _weights_axis(op: ConvTranspose, rank: int) -> int:
+    """The O dim of the weights (IOX: 1, XOI: rank - 2): the per-channel axis of int8 weights."""
+    return 1 if op.attrs["weights_format"] == "IOX" else rank - 2
+
+
+def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray], *,
+              force_f32: bool = False) -> FusedPlan:
+    """Check a fused call's tensors and compile its graph (see the module's docstring)."""
+    f = op.fusion
+    assert f is not None
+    name = op.op_name
+    src, w, bias, *operands = arrays
+    code, out_dtype = _check_dtypes(op, f, arrays)
+    lowering = op._lower([src, w, bias])  # ranks, channels, geometry, bias: the plain op's checks
+    out_shape = lowering.out_shape
+    rank = len(out_shape)
+    oc = out_shape[1] if op.attrs["data_format"] == "NCX" else out_shape[-1]
+    if f.int8:
+        assert f.src_dequantize is not None and f.weights_dequantize is not None
+        q = f.weights_dequantize
+        if q.qtype == "per_channel":
+            axis = _weights_axis(op, rank)
+            if q.axis % rank != axis:
+                msg = (f"{name}: weights_dequantize expected per-channel axis {axis} (the O dim of "
+                       f"{op.attrs['weights_format']} weights), got {q.axis}")
+                raise ValueError(msg)
+            if len(q.scales) != oc:  # type: ignore[arg-type]
+                msg = (f"{name}: weights_dequantize expected {oc} scales (one per output channel, "
+                       f"O * groups), got {len(q.scales)}")  # type: ignore[arg-type]
+                raise ValueError(msg)
+    operand_shapes = []
+    for p, x in zip(f.binary, operands):
+        label = f"post_ops[{f.post_ops.index(p)}] ({p.kind})"
+        if x.ndim > rank or 0 in x.shape:
+            msg = f"{name}: {label} tensor of shape {x.shape} does not broadcast to dst {out_shape}"
+            raise ValueError(msg)
+        full = (1,) * (rank - x.ndim) + x.shape
+        if any(a not in (1, b) for a, b in zip(full, out_shape)):
+            msg = f"{name}: {label} tensor of shape {x.shape} does not broadcast to dst {out_shape}"
+            raise ValueError(msg)
+        operand_shapes.append(full)
+    if out is not None:
+        if not isinstance(out, np.ndarray) or out.dtype != out_dtype:
+            got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
+            msg = f"{name}: argument 'out' expected dtype {out_dtype}, got {got}"
+            raise TypeError(msg)
+        if out.shape != out_shape:
+            msg = f"{name}: argument 'out' expected shape {out_shape}, got {out.shape}"
+            raise ValueError(msg)
+        if not out.flags.writeable:
+            msg = f"{name}: argument 'out' is read-only"
+            raise ValueError(msg)
+    kernel = shapes.split_weights(w.shape, op.attrs["weights_format"])[2]
+    spatial = len(kernel)
+    strides = schema.per_dim(name, "strides", op.attrs["strides"], spatial)
+    guarded = bool(guards.stride_not_below_kernel(code, kernel, strides))
+    guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name if guarded else None
+    plan_args = dict(op=op, fusion=f, out_dtype=out_dtype, operand_shapes=tuple(operand_shapes),
+                     has_bias=bias is not None)
+    emulate = code in ("bf16", "f16") and (force_f32 or guarded or op._NATIVE_FUSED.get(code) is False)
+    attempts = [emulate] if emulate or code not in ("bf16", "f16") else [False, True]
+    reason = ""
+    for emulated in attempts:
+        compute = "f32" if emulated else code
+        try:
+            compiled = _compile(op, f, arrays, operand_shapes, out_shape, compute, out_dtype, emulated)
+        except UnsupportedError as e:
+            reason = str(e)
+            if "one partition" in reason:  # the library does not fuse this graph: no retry
+                break
+            if not emulated and code in ("bf16", "f16"):
+                op._NATIVE_FUSED[code] = False
+                if op.strict:
+                    msg = f"{name}: oneDNN has no fused {code} kernel for this call on this CPU (strict=True)"
+                    raise UnsupportedError(msg, 3) from None
+            continue
+        if not emulated and code in ("bf16", "f16"):
+            op._NATIVE_FUSED[code] = True
+        low = FusedLowering(f"{f.chain(bias is not None)}: 1 fused partition", out_shape, 1, True, guard)
+        plan = FusedPlan(lowering=low, compiled=compiled, emulated=emulated,
+                         finite_guard=not emulated and code in ("bf16", "f16"), **plan_args)  # type: ignore[arg-type]
+        plan.executor = _executor(plan, arrays)
+        return plan
+    if f.int8 and "one partition" not in reason:
+        raise UnsupportedError(f"{name}: oneDNN refuses this int8 call: {reason}", 3)
+    why = reason.split(": ", 1)[-1].split(" (oneDNN")[0] if reason else "not compiled"
+    before = "Dequantize in NumPy, " if f.int8 else ""
+    kind = f"{before}ConvTranspose (f32), then {', '.join(f.after(bias is not None))} in NumPy ({why})"
+    return FusedPlan(lowering=FusedLowering(kind, out_shape, 1, False, guard), **plan_args)  # type: ignore[arg-type]
+
+
+def _check_dtypes(op: ConvTranspose, f: Fusion, arrays: Sequence[Any]) -> tuple[str, np.dtype[Any]]:
+    """The call's compute code (``"f32"``, ``"bf16"``, ``"f16"``; int8 calls: ``"f32"``) and
+    dst's dtype; TypeError naming the tensor whose dtype does not fit."""
+    name = op.op_name
+    names = f.input_names()
+
+    def fail(arg: str, a: np.ndarray, want: str) -> None:
+        msg = f"{name}: argument '{arg}' expected dtype {want}, got {a.dtype}"
+        raise TypeError(msg)
+
+    if f.int8:
+        src, w, bias, *operands = arrays
+        if _code(src) not in INT8_DTYPES:
+            fail("src", src, "uint8 (u8) or int8 (s8) for an int8 ConvTranspose")
+        if w.dtype != np.int8:
+            fail("weights", w, "int8 (s8) for an int8 ConvTranspose")
+        if bias is not None and bias.dtype != F32:
+            fail("bias", bias, "float32 for an int8 ConvTranspose")
+        for p, x, arg in zip(f.binary, operands, names[3:]):
+            if p.dequantize is not None and _code(x) not in INT8_DTYPES:
+                fail(arg, x, "uint8 or int8 (it is dequantized)")
+            if p.dequantize is None and x.dtype != F32:
+                fail(arg, x, "float32 (give the post-op a dequantize= for a u8/s8 tensor)")
+        dq = f.dst_quantize
+        return "f32", F32 if dq is None else INT8_DTYPES[dq.dtype]
+    codes = {}
+    for arg, a in zip(names, arrays):
+        if a is None:
+            continue
+        code = dtypes.code_of(a.dtype)
+        if code is None:
+            if _code(a) in INT8_DTYPES and arg == "src":
+                msg = f"{name}: argument 'src' is {a.dtype}: an int8 ConvTranspose needs src_dequantize and weights_dequantize"
+                raise TypeError(msg)
+            fail(arg, a, dtypes.expected_names())
+        codes[arg] = code
+    if len(set(codes.values())) > 1:
+        got = ", ".join(f"{n}={c}" for n, c in codes.items())
+        msg = f"{name}: every tensor of a fused call must have one float dtype, got {got}"
+        raise TypeError(msg)
+    code = codes["src"]
+    assert code is not None
+    return code, dtypes.FLOAT_DTYPES[code]
+
+
+def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
+                out_shape: Sequence[int], inter: str, out_code: str,
+                operand_shapes: Sequence[Sequence[int]], src_shape: Sequence[int],
+                w_shape: Sequence[int]) -> list[tuple[str, dict[str, Any], list[int], Any]]:
+    """The library graph of a fused call: (kind, attrs, inputs, output) per node, inputs
+    indexing the graph's inputs (src, weights, bias?, operands...) or, as -1 - k, node k."""
+    nodes: list[tuple[str, dict[str, Any], list[int], Any]] = []
+
+    def add(kind: str, attrs: dict[str, Any], inputs: list[int], shape: Sequence[int], code: str) -> int:
+        nodes.append((kind, attrs, inputs, (list(shape), list(_dense(shape)), code)))
+        return -len(nodes)
+
+    src_ref, w_ref = 0, 1
+    if f.int8:
+        assert f.src_dequantize is not None and f.weights_dequantize is not None
+        src_ref = add("Dequantize", f.src_dequantize.library_attrs(len(src_shape)), [0], src_shape, "f32")
+        wq = f.weights_dequantize.library_attrs(len(w_shape))
+        if f.weights_dequantize.qtype == "per_channel":
+            wq["axis"] = _weights_axis(op, len(w_shape))
+        w_ref = add("Dequantize", wq, [1], w_shape, "f32")
+    conv = [src_ref, w_ref] + ([2] if has_bias else [])
+    ref = add("ConvTranspose", op._convtranspose_attrs(src_shape, w_shape), conv, out_shape, inter)
+    first = operand = 3 if has_bias else 2
+    for p in f.post_ops:
+        if p.is_binary:
+            other = operand
+            shape = operand_shapes[operand - first]
+            if p.dequantize is not None:
+                other = add("Dequantize", p.dequantize.library_attrs(len(shape)), [operand], shape, "f32")
+            ref = add(p.kind, p.library_attrs(), [ref, other], out_shape, inter)
+            operand += 1
+        else:
+            ref = add(p.kind, p.library_attrs(), [ref], out_shape, inter)
+    if f.dst_quantize is not None:
+        add("Quantize", f.dst_quantize.library_attrs(len(out_shape)), [ref], out_shape, out_code)
+    return nodes
+
+
+def _compile(op: ConvTranspose, f: Fusion, arrays: Sequence[Any], operand_shapes: Sequence[tuple[int, ...]],
+             out_shape: tuple[int, ...], compute: str, out_dtype: np.dtype[Any], emulated: bool) -> Any:
+    """Compile the graph for the arrays as library_inputs gives them (an emulated call: f32)."""
+    src, w, bias, *_ = arrays
+    has_bias = bias is not None
+    args = library_inputs(arrays, has_bias, operand_shapes, emulated)
+    descs = [_describe(a, _code(a)) for a in args]
+    out_code = compute if out_dtype.kind == "f" else _code(np.empty(0, out_dtype))
+    inter = "f32" if f.int8 else compute
+    nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape, w.shape)
+    output = (list(out_shape), list(_dense(out_shape)), out_code)
+    return _core.compile(f.chain(has_bias), {}, descs, output, nodes=nodes)
+
+
+def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
+    """The C++ fast path, where the call's arrays go to the library as given."""
+    if plan.emulated or plan.compiled is None:
+        return None
+    operands = arrays[3:]
+    if any(x.shape != s for x, s in zip(operands, plan.operand_shapes)):
+        return None
+    call = list(arrays) if arrays[-1] is not None else list(arrays[:-1])  # as ops._Op._call passes them
+    given = [i for i, a in enumerate(call) if a is not None]
+    if any(call[i] is not _positive(call[i]) for i in given):
+        return None
+    finite = dtypes.code_of(plan.out_dtype) if plan.finite_guard else None
+    return _core.Executor(plan.compiled, [call[i].dtype for i in given], plan.out_dtype, finite or "",
+                          given, "", len(call))
