@@ -256,8 +256,8 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
                        f"O * groups), got {len(q.scales)}")  # type: ignore[arg-type]
                 raise ValueError(msg)
     operand_shapes = []
-    for p, x in zip(f.binary, operands):
-        label = f"post_ops[{f.post_ops.index(p)}] ({p.kind})"
+    binary_labels = [f"post_ops[{i}] ({p.kind})" for i, p in enumerate(f.post_ops) if p.is_binary]
+    for label, x in zip(binary_labels, operands):
         if x.ndim > rank or 0 in x.shape:
             msg = f"{name}: {label} tensor of shape {x.shape} does not broadcast to dst {out_shape}"
             raise ValueError(msg)
@@ -287,6 +287,12 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     emulate = code in ("bf16", "f16") and (force_f32 or guarded or op._NATIVE_FUSED.get(code) is False)
     attempts = [emulate] if emulate or code not in ("bf16", "f16") else [False, True]
     reason = ""
+    if any(p.dequantize is not None and x.dtype != out_dtype for p, x in zip(f.binary, operands)):
+        # oneDNN 3.2 fuses a dequantized Add (its "sum" post-op) whose tensor is s8 into a u8
+        # dst, or u8 into s8, and returns wrong values (up to 65 quantization steps off;
+        # measured on Sapphire Rapids under every ONEDNN_MAX_CPU_ISA from AVX2 to AMX): unfused
+        attempts = []
+        reason = "oneDNN 3.2 computes a fused sum whose tensor's dtype differs from dst's wrongly (one partition avoided)"
     for emulated in attempts:
         compute = "f32" if emulated else code
         try:
@@ -308,7 +314,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
                          finite_guard=not emulated and code in ("bf16", "f16"), **plan_args)  # type: ignore[arg-type]
         plan.executor = _executor(plan, arrays)
         return plan
-    if f.int8 and "one partition" not in reason:
+    if f.int8 and reason and "one partition" not in reason:
         raise UnsupportedError(f"{name}: oneDNN refuses this int8 call: {reason}", 3)
     why = reason.split(": ", 1)[-1].split(" (oneDNN")[0] if reason else "not compiled"
     before = "Dequantize in NumPy, " if f.int8 else ""
@@ -406,7 +412,7 @@ def _compile(op: ConvTranspose, f: Fusion, arrays: Sequence[Any], operand_shapes
     has_bias = bias is not None
     args = library_inputs(arrays, has_bias, operand_shapes, emulated)
     descs = [_describe(a, _code(a)) for a in args]
-    out_code = compute if out_dtype.kind == "f" else _code(np.empty(0, out_dtype))
+    out_code = _code(np.empty(0, out_dtype)) if out_dtype.kind in "iu" else compute  # bf16's kind is "V"
     inter = "f32" if f.int8 else compute
     nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape, w.shape)
     output = (list(out_shape), list(_dense(out_shape)), out_code)

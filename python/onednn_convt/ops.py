@@ -425,7 +425,10 @@ class _Op:
                 continue
             code = dtypes.code_of(a.dtype)
             if code is None:
-                msg = f"{self.op_name}: argument '{name}' expected dtype {dtypes.expected_names()}, got {a.dtype}"
+                hint = ""
+                if a.dtype in (np.dtype(np.uint8), np.dtype(np.int8)) and self.op_name == "ConvTranspose":
+                    hint = " (an int8 ConvTranspose needs src_dequantize and weights_dequantize)"
+                msg = f"{self.op_name}: argument '{name}' expected dtype {dtypes.expected_names()}, got {a.dtype}{hint}"
                 raise TypeError(msg)
             codes[name] = code
         if len(set(codes.values())) > 1:

@@ -1,0 +1,280 @@
+"""Fused ConvTranspose: post_ops= and int8 (de)quantization, against the float64 reference."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import onednn_convt as oc
+from onednn_convt import Dequantize, PostOp, Quantize, reference
+from onednn_convt.post_ops import POST_OPS
+
+from helpers import EPS, tolerance
+
+DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
+ATTRS = dict(strides=2, pads_begin=1, pads_end=1, output_padding=1)
+UNARY_ATTRS: dict[str, dict[str, float]] = {
+    "Clamp": {"min": -0.5, "max": 0.75}, "Elu": {"alpha": 0.7}, "LeakyReLU": {"alpha": 0.1},
+    "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "SoftPlus": {"beta": 1.5},
+}
+#: unary kinds defined for positive inputs only: run after Abs and Add of 0.25
+POSITIVE = ("Log", "Sqrt")
+
+
+def layout(data_format: str, n: int = 2, c: int = 4, x: int = 5) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(src shape, weights shape) for IC=c, OC=3, kernel 3, 2-D."""
+    src = (n, c, x, x) if data_format == "NCX" else (n, x, x, c)
+    w = (c, 3, 3, 3) if data_format == "NCX" else (3, 3, 3, c)
+    return src, w
+
+
+def formats(data_format: str) -> dict[str, str]:
+    return dict(data_format=data_format, weights_format="IOX" if data_format == "NCX" else "XOI")
+
+
+def inputs(data_format: str, code: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    s, w = layout(data_format)
+    dt = DTYPES[code]
+    return (rng.uniform(-1, 1, s).astype(dt), rng.uniform(-0.5, 0.5, w).astype(dt),
+            rng.uniform(-0.5, 0.5, 3).astype(dt))
+
+
+def check(got: Any, src: np.ndarray, w: np.ndarray, bias: Any, operands: list[np.ndarray],
+          chain: list[PostOp], code: str, **attrs: Any) -> None:
+    """got matches the reference within the ConvTranspose's tolerance carried through the
+    chain: the chain evaluated at the reference's conv output moved by that tolerance."""
+    y = reference.conv_transpose(src, w, bias, **attrs)
+    reduction = w.size // 3
+
+    def post(v: np.ndarray) -> np.ndarray:
+        return _chain(v, chain, operands)
+
+    delta = tolerance(code, reduction) * float(np.max(np.abs(y)))
+    ref = post(y)
+    bound = np.maximum(np.abs(post(y + delta) - ref), np.abs(post(y - delta) - ref))
+    bound = bound + 4 * EPS[code] * np.abs(ref) + 1e-6
+    got64 = np.asarray(got, np.float64)
+    assert got64.shape == ref.shape
+    bad = ~(np.abs(got64 - ref) <= bound)
+    assert not bad.any(), f"{bad.sum()} of {bad.size} off: got {got64[bad][:5]}, ref {ref[bad][:5]}"
+
+
+def _chain(y: np.ndarray, chain: list[PostOp], operands: list[np.ndarray]) -> np.ndarray:
+    it = iter(operands)
+    for p in chain:
+        y = reference.post_op(p.kind, y, next(it) if p.is_binary else None, **p.attrs)
+    return y
+
+
+def chain_for(kind: str) -> tuple[list[PostOp], Callable[[tuple[int, ...], str], list[np.ndarray]]]:
+    """A chain that exercises post-op ``kind`` and the operands it needs for dst ``shape``."""
+    spec = POST_OPS[kind]
+    if spec.is_binary:
+        def operand(shape: tuple[int, ...], code: str) -> list[np.ndarray]:
+            rng = np.random.default_rng(1)
+            other = rng.uniform(0.5, 1.5, shape) * rng.choice([-1, 1], shape)  # no zero: Divide
+            return [other.astype(DTYPES[code])]
+        return [PostOp(kind)], operand
+    if kind in POSITIVE:
+        def shift(shape: tuple[int, ...], code: str) -> list[np.ndarray]:
+            return [np.full((1,), 0.25, DTYPES[code])]
+        return [PostOp("Abs"), PostOp("Add"), PostOp(kind)], shift
+    return [PostOp(kind, **UNARY_ATTRS.get(kind, {}))], lambda shape, code: []
+
+
+@pytest.mark.parametrize("kind", sorted(POST_OPS))
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_each_post_op_fuses_and_matches_the_reference(kind: str, data_format: str) -> None:
+    src, w, b = inputs(data_format, "f32")
+    chain, make = chain_for(kind)
+    op = oc.ConvTranspose(**ATTRS, **formats(data_format), post_ops=chain)
+    shape = reference.conv_transpose(src, w, **ATTRS, **formats(data_format)).shape
+    operands = make(shape, "f32")
+    got = op(src, w, b, *operands)
+    assert op.fused is True and op.partitions == 1, op.lowering
+    assert "1 fused partition" in (op.lowering or "")
+    check(got, src, w, b, operands, chain, "f32", **ATTRS, **formats(data_format))
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_three_post_op_chain_with_broadcasts(code: str, data_format: str) -> None:
+    src, w, b = inputs(data_format, code)
+    fmt = formats(data_format)
+    shape = reference.conv_transpose(src, w, **ATTRS, **fmt).shape
+    per_channel = (1, 3, 1, 1) if data_format == "NCX" else (3,)
+    rng = np.random.default_rng(2)
+    operands = [rng.uniform(-1, 1, shape).astype(DTYPES[code]),
+                rng.uniform(0.5, 2, per_channel).astype(DTYPES[code])]
+    chain = [PostOp("Add"), PostOp("ReLU"), PostOp("Multiply")]
+    op = oc.ConvTranspose(**ATTRS, **fmt, post_ops=chain)
+    got = op(src, w, b, *operands)
+    assert got.dtype == DTYPES[code] and got.shape == shape
+    assert op.partitions == 1
+    check(got, src, w, b, operands, chain, code, **ATTRS, **fmt)
+    again = op(src, w, b, *operands)  # the signature's compiled plan (C++ fast path)
+    np.testing.assert_array_equal(np.asarray(again, np.float64), np.asarray(got, np.float64))
+
+
+@pytest.mark.parametrize("operand_shape", [(1,), (), (3,), (1, 1, 1, 3), (2, 1, 1, 3), (1, 10, 10, 1)])
+def test_binary_operand_broadcasts_numpy_style(operand_shape: tuple[int, ...]) -> None:
+    src, w, b = inputs("NXC", "f32")
+    other = np.random.default_rng(3).uniform(-1, 1, operand_shape).astype(np.float32)
+    op = oc.ConvTranspose(**ATTRS, post_ops=[PostOp("Subtract")])
+    got = op(src, w, None, other)
+    check(got, src, w, None, [other], [PostOp("Subtract")], "f32", **ATTRS)
+
+
+def test_out_and_no_bias() -> None:
+    src, w, _ = inputs("NCX", "f32")
+    op = oc.ConvTranspose(**ATTRS, **formats("NCX"), post_ops=["Tanh"])
+    out = np.empty((2, 3, 10, 10), np.float32)
+    assert op(src, w, out=out) is out
+    check(out, src, w, None, [], [PostOp("Tanh")], "f32", **ATTRS, **formats("NCX"))
+
+
+def test_unfused_chain_still_right_and_says_how() -> None:
+    # oneDNN 3.2 fuses a dequantized Add (the int8 "sum") only first and before a Quantize
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 10, (2, 5, 5, 4)).astype(np.uint8)
+    w = rng.integers(-5, 5, (3, 3, 3, 4)).astype(np.int8)
+    other = rng.integers(-5, 5, (2, 10, 10, 3)).astype(np.int8)
+    chain = [PostOp("ReLU"), PostOp("Add", dequantize=Dequantize(scales=0.5, zps=1))]
+    q = dict(src_dequantize=Dequantize(scales=0.25, zps=2), weights_dequantize=Dequantize(scales=0.5))
+    op = oc.ConvTranspose(**ATTRS, post_ops=chain, **q)
+    got = op(x, w, None, other)
+    assert op.fused is False and "in NumPy" in (op.lowering or "")
+    ref = reference.fused_conv_transpose(x, w, None, [other], post_ops=chain, **q, **ATTRS)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-5)
+
+
+# -- int8 -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("src_code", ["u8", "s8"])
+@pytest.mark.parametrize("dst", [None, "u8", "s8"])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_int8_against_the_reference(src_code: str, dst: str | None, per_channel: bool, data_format: str) -> None:
+    rng = np.random.default_rng(5)
+    groups = 2
+    ic, o = 4, 3
+    fmt = formats(data_format)
+    s_shape = (2, ic, 5, 5) if data_format == "NCX" else (2, 5, 5, ic)
+    w_shape = (ic, o, 3, 3) if data_format == "NCX" else (3, 3, o, ic)
+    lo, hi = (0, 12) if src_code == "u8" else (-6, 6)
+    x = rng.integers(lo, hi, s_shape).astype(np.uint8 if src_code == "u8" else np.int8)
+    w = rng.integers(-5, 5, w_shape).astype(np.int8)
+    bias = rng.integers(-4, 4, o * groups).astype(np.float32)
+    scales = [0.5, 1.0, 2.0, 0.25, 1.5, 0.75] if per_channel else [0.5]
+    axis = 1 if data_format == "NCX" else 2
+    wq = Dequantize(scales=scales, qtype="per_channel", axis=axis) if per_channel else Dequantize(scales=scales)
+    q = dict(src_dequantize=Dequantize(scales=0.5, zps=3), weights_dequantize=wq,
+             dst_quantize=None if dst is None else Quantize(scales=2.0, zps=5 if dst == "u8" else -3, dtype=dst))
+    chain = [PostOp("ReLU")]
+    op = oc.ConvTranspose(**ATTRS, groups=groups, **fmt, post_ops=chain, **q)
+    got = op(x, w, bias)
+    assert op.fused is True, op.lowering
+    ref = reference.fused_conv_transpose(x, w, bias, post_ops=chain, **q, **ATTRS, groups=groups, **fmt)
+    want = np.float32 if dst is None else {"u8": np.uint8, "s8": np.int8}[dst]
+    assert got.dtype == want
+    if dst is None:
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-4)
+    else:
+        np.testing.assert_array_equal(got.astype(np.float64), ref)
+        assert len(np.unique(got)) > 3  # not saturated away
+
+
+@pytest.mark.parametrize("other_dtype", [np.uint8, np.int8])
+def test_int8_sum_post_op_and_chain(other_dtype: Any) -> None:
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 10, (2, 4, 5, 5)).astype(np.uint8)
+    w = rng.integers(-5, 5, (4, 3, 3, 3)).astype(np.int8)
+    other = rng.integers(-20 if other_dtype == np.int8 else 0, 20, (2, 3, 10, 10)).astype(other_dtype)
+    per_channel = rng.integers(1, 4, (1, 3, 1, 1)).astype(np.float32)
+    chain = [PostOp("Add", dequantize=Dequantize(scales=0.5, zps=-2)), PostOp("Multiply"), PostOp("Clamp", min=-8, max=40)]
+    q = dict(src_dequantize=Dequantize(scales=1.0, zps=1), weights_dequantize=Dequantize(scales=0.5),
+             dst_quantize=Quantize(scales=0.5, zps=10, dtype="u8"))
+    op = oc.ConvTranspose(**ATTRS, **formats("NCX"), post_ops=chain, **q)
+    got = op(x, w, None, other, per_channel)
+    # an s8 sum into a u8 dst: oneDNN 3.2 fuses it wrongly, so it runs unfused
+    assert op.fused is (other_dtype == np.uint8), op.lowering
+    ref = reference.fused_conv_transpose(x, w, None, [other, per_channel], post_ops=chain, **q, **ATTRS,
+                                         **formats("NCX"))
+    np.testing.assert_array_equal(got.astype(np.float64), ref)
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+def test_errors_name_the_post_op() -> None:
+    src, w, b = inputs("NXC", "f32")
+    op = oc.ConvTranspose(**ATTRS, post_ops=[PostOp("ReLU"), PostOp("Add")])
+    with pytest.raises(ValueError, match=r"post_ops\[1\] \(Add\).*does not broadcast"):
+        op(src, w, b, np.zeros((2, 7, 1, 3), np.float32))
+    with pytest.raises(TypeError, match=r"post_ops\[1\] \(Add\).*expected dtype"):
+        op(src, w, b, np.zeros((3,), np.float64))
+    with pytest.raises(TypeError, match=r"one float dtype.*post_ops\[1\] \(Add\)=bf16"):
+        op(src, w, b, np.zeros((3,), ml_dtypes.bfloat16))
+    with pytest.raises(TypeError, match=r"expected 1 post-op tensor"):
+        op(src, w, b)
+    with pytest.raises(ValueError, match=r"unknown post-op 'Pow'"):
+        PostOp("Pow")
+    with pytest.raises(TypeError, match=r"PostOp ReLU: unknown attribute\(s\) alpha"):
+        PostOp("ReLU", alpha=1.0)
+    with pytest.raises(ValueError, match=r"PostOp LeakyReLU: attribute 'alpha' is required"):
+        PostOp("LeakyReLU")
+    with pytest.raises(ValueError, match=r"at most 3 post-ops"):
+        oc.ConvTranspose(post_ops=["ReLU", "Tanh", "Abs", "Exp"])
+    with pytest.raises(TypeError, match=r"expected PostOp objects or kind names"):
+        oc.ConvTranspose(post_ops=[42])
+
+
+def test_int8_errors() -> None:
+    with pytest.raises(ValueError, match="no weights zero points"):
+        oc.ConvTranspose(src_dequantize=Dequantize(scales=1.0), weights_dequantize=Dequantize(scales=1.0, zps=1))
+    with pytest.raises(ValueError, match="both 'src_dequantize' and 'weights_dequantize'"):
+        oc.ConvTranspose(src_dequantize=Dequantize(scales=1.0))
+    with pytest.raises(ValueError, match="'dst_quantize' needs an int8 op"):
+        oc.ConvTranspose(dst_quantize=Quantize(scales=1.0))
+    with pytest.raises(TypeError, match="Quantize: dtype expected 'u8' or 's8'"):
+        Quantize(scales=1.0, dtype="s32")
+    op = oc.ConvTranspose(src_dequantize=Dequantize(scales=1.0),
+                          weights_dequantize=Dequantize(scales=[1.0] * 4, qtype="per_channel", axis=0))
+    x = np.zeros((1, 3, 3, 2), np.uint8)
+    with pytest.raises(ValueError, match="per-channel axis 2"):
+        op(x, np.zeros((3, 3, 4, 2), np.int8))
+    good = oc.ConvTranspose(src_dequantize=Dequantize(scales=1.0), weights_dequantize=Dequantize(scales=1.0))
+    with pytest.raises(TypeError, match="'weights' expected dtype int8"):
+        good(x, np.zeros((3, 3, 4, 2), np.uint8))
+    with pytest.raises(TypeError, match="an int8 ConvTranspose needs src_dequantize"):
+        oc.ConvTranspose()(x, np.zeros((3, 3, 4, 2), np.int8))
+
+
+def test_pickles_and_repr() -> None:
+    op = oc.ConvTranspose(post_ops=[PostOp("Clamp", min=0, max=6)])
+    again = pickle.loads(pickle.dumps(op))
+    assert again.fusion == op.fusion
+    assert "post_ops=[PostOp('Clamp', min=0.0, max=6.0)]" in repr(op)
+
+
+@pytest.mark.parametrize("code", ["bf16", "f16"])
+def test_guarded_low_precision_runs_the_graph_in_f32(code: str) -> None:
+    # stride >= kernel: on AMX the guard keeps bf16 off the library's kernel; elsewhere the
+    # native graph runs. Either way the answer is right and the lowering says which.
+    rng = np.random.default_rng(7)
+    dt = DTYPES[code]
+    src = rng.uniform(-1, 1, (1, 4, 4, 2)).astype(dt)
+    w = rng.uniform(-1, 1, (2, 2, 3, 2)).astype(dt)
+    chain = [PostOp("Sigmoid")]
+    op = oc.ConvTranspose(strides=2, post_ops=chain)
+    got = op(src, w)
+    check(got, src, w, None, [], chain, code, strides=2)
+    assert op.fused is True
+    guarded = oc.guards.active(oc.guards.AMX_STRIDE_NOT_BELOW_KERNEL, code)
+    assert (op.guard is not None) == guarded
+    if guarded:
+        assert "(f32 emulation)" in (op.lowering or "")
