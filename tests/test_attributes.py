@@ -31,11 +31,16 @@ def test_schema_names_match_the_library(op):
     assert kinds["groups"] == "s64"
 
 
+FUSION_ARGS = {"post_ops", "src_dequantize", "weights_dequantize", "dst_quantize"}
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_constructor_takes_exactly_the_schema_attributes(op):
     params = inspect.signature(CLASSES[op]).parameters
-    assert list(params) == [n for n in params if n in EXPECTED_NAMES[op] or n == "strict"]
-    assert set(params) == set(EXPECTED_NAMES[op]) | {"strict"}
+    # besides the library's attributes: strict, and ConvTranspose's fusion (tests/test_fusion.py)
+    extra = {"strict"} | (FUSION_ARGS if op == "ConvTranspose" else set())
+    assert list(params) == [n for n in params if n in EXPECTED_NAMES[op] or n in extra]
+    assert set(params) == set(EXPECTED_NAMES[op]) | extra
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
 
 

@@ -278,3 +278,54 @@ def test_guarded_low_precision_runs_the_graph_in_f32(code: str) -> None:
     assert (op.guard is not None) == guarded
     if guarded:
         assert "(f32 emulation)" in (op.lowering or "")
+
+
+def test_torch_tensors_in_torch_tensor_out() -> None:
+    torch = pytest.importorskip("torch")
+    src, w, b = inputs("NCX", "f32")
+    other = np.random.default_rng(8).uniform(-1, 1, (1, 3, 1, 1)).astype(np.float32)
+    op = oc.ConvTranspose(**ATTRS, **formats("NCX"), post_ops=[PostOp("Maximum")])
+    got = op(torch.from_numpy(src), torch.from_numpy(w), torch.from_numpy(b), torch.from_numpy(other))
+    assert isinstance(got, torch.Tensor)
+    check(got.numpy(), src, w, b, [other], [PostOp("Maximum")], "f32", **ATTRS, **formats("NCX"))
+
+
+def test_random_chains_against_the_reference() -> None:
+    """60 seeded problems: 1-D to 3-D, groups, layouts, dtypes, chains of 1-3 post-ops."""
+    rng = np.random.default_rng(9)
+    safe = [k for k in sorted(POST_OPS) if k not in POSITIVE + ("Exp", "Divide")]  # bounded gradients
+    for case in range(60):
+        spatial = int(rng.integers(1, 4))
+        groups = int(rng.choice([1, 2]))
+        ic, o = 2 * groups, int(rng.integers(1, 4))
+        data_format = str(rng.choice(["NCX", "NXC"]))
+        code = str(rng.choice(["f32", "bf16", "f16"]))
+        xs = tuple(int(v) for v in rng.integers(2, 5, spatial))
+        ks = tuple(int(v) for v in rng.integers(1, 4, spatial))
+        stride = int(rng.integers(1, 3))
+        fmt = formats(data_format)
+        src_shape = (2, ic, *xs) if data_format == "NCX" else (2, *xs, ic)
+        w_shape = (ic, o, *ks) if data_format == "NCX" else (*ks, o, ic)
+        dt = DTYPES[code]
+        src = rng.uniform(-1, 1, src_shape).astype(dt)
+        w = rng.uniform(-1, 1, w_shape).astype(dt)
+        bias = rng.uniform(-1, 1, o * groups).astype(dt) if rng.random() < 0.5 else None
+        kinds = [str(k) for k in rng.choice(safe, int(rng.integers(1, 4)))]
+        chain = [PostOp(k, **UNARY_ATTRS.get(k, {})) for k in kinds]
+        attrs = dict(strides=stride, groups=groups, **fmt)
+        shape = reference.conv_transpose(src, w, **attrs).shape
+        operands = []
+        for p in chain:
+            if p.is_binary:
+                full = list(shape)
+                for d in range(len(full)):
+                    if rng.random() < 0.5:
+                        full[d] = 1
+                operands.append(rng.uniform(-1, 1, full).astype(dt))
+        op = oc.ConvTranspose(**attrs, post_ops=chain)
+        got = op(src, w, bias, *operands)
+        assert got.dtype == dt, case
+        try:
+            check(got, src, w, bias, operands, chain, code, **attrs)
+        except AssertionError as e:
+            raise AssertionError(f"case {case}: {code} {data_format} {src_shape} {w_shape} {kinds} {op.lowering}: {e}") from None
