@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from . import _core, dtypes, guards, schema, shapes
+from . import _core, dtypes, guards, limits, schema, shapes
 from .errors import UnsupportedError
 from . import reference
 from .post_ops import INT8_DTYPES, Dequantize, PostOp, Quantize, as_post_ops
@@ -163,7 +163,8 @@ class FusedPlan:
         args = self._library_inputs(arrays)
         shape = self.lowering.out_shape
         compute = F32 if self.emulated else self.out_dtype
-        direct = not self.emulated and out is not None and out.flags.c_contiguous
+        direct = (not self.emulated and out is not None
+                  and out.strides == tuple(st * out.itemsize for st in _dense(shape)))  # as compiled
         result = out if out is not None and direct else np.empty(shape, compute)
         self.compiled.execute(args, result)
         if self.finite_guard and not dtypes.all_finite(result):
@@ -277,6 +278,14 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         if not out.flags.writeable:
             msg = f"{name}: argument 'out' is read-only"
             raise ValueError(msg)
+        op._check_aliasing(arrays, out)
+    # the plain op's limits: oneDNN's 32-bit shape range, the memory limit
+    from .ops import Lowering
+
+    conv = Lowering("ConvTranspose", op._convtranspose_attrs(src.shape, w.shape),
+                    (0, 1) if bias is None else (0, 1, 2), out_shape, weights_arg=1)
+    limits.check_plan(name, conv, arrays[:3], None, F32 if f.int8 else dtypes.FLOAT_DTYPES[code],
+                      emulated=code != "f32")
     kernel = shapes.split_weights(w.shape, op.attrs["weights_format"])[2]
     spatial = len(kernel)
     strides = schema.per_dim(name, "strides", op.attrs["strides"], spatial)
