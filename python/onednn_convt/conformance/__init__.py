@@ -3,6 +3,8 @@
 - :mod:`.graph_json`: read, check and write the graph JSON format (:func:`to_graph_json`).
 - :mod:`.harness`: benchdnn's harness-file syntax.
 - :mod:`.cases`: a case (a JSON with overrides), checked; :func:`collect` finds them.
+- :mod:`.patterns`: graphs of several ops (ConvTranspose with Dequantize, BiasAdd,
+  post-ops, Quantize) as one fused ``ConvTranspose`` call.
 - :mod:`.fill`: benchdnn's deterministic integer fills.
 - :mod:`.runner`: runs a case through the public API and judges it against the reference.
 - :mod:`.report`: progress, JUnit XML, JSON, the summary line.

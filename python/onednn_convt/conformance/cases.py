@@ -5,7 +5,12 @@ inputs (id, role, shape, dtype, memory order) and the expected output shape, rec
 after the overrides with :mod:`onednn_convt.shapes`. A case that cannot run carries a status
 instead: ``INVALID`` (the file or the overrides are malformed or violate the library's
 schema: the reason says which) or ``SKIPPED`` (a valid graph this runner does not cover:
-several ops, or an op that is not one of the three ConvTranspose ops).
+an op that is not one of the three ConvTranspose ops, or several ops that are not a pattern).
+
+A graph of several ops is a *pattern* case when it is a ConvTranspose with the ops the
+package fuses around it (Dequantize, BiasAdd, post-ops, Quantize:
+:mod:`onednn_convt.conformance.patterns`); the case then carries a :class:`~.patterns.Pattern`
+and runs as one fused ``ConvTranspose`` call.
 
 :func:`collect` turns paths (JSON files, harness files, directories) into cases.
 """
@@ -15,7 +20,7 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
 
 from .. import schema, shapes
 from . import graph_json
@@ -28,6 +33,9 @@ from .graph_json import (
     Graph,
     GraphJSONError,
 )
+
+if TYPE_CHECKING:
+    from .patterns import Pattern
 
 INVALID = "INVALID"
 SKIPPED = "SKIPPED"
@@ -94,10 +102,12 @@ class TensorSpec:
 
     Attributes:
         id: logical tensor id in the JSON.
-        role: ``src``, ``weights``, ``bias``, ``diff_dst``, ``weights_shape``, or the output's.
+        role: ``src``, ``weights``, ``bias``, ``diff_dst``, ``weights_shape``, the output's,
+            or in a pattern case ``post_ops[i]`` (the second tensor of binary post-op i).
         shape: logical shape (the op's layout, e.g. NCX); None for an output that cannot be
             computed (the call then reports why).
-        dtype: ``f32``, ``bf16``, ``f16`` (``s32`` for weights_shape).
+        dtype: ``f32``, ``bf16``, ``f16`` (``s32`` for weights_shape; ``u8``/``s8`` for the
+            quantized tensors of an int8 pattern).
         order: memory order of the dims, outermost first (``(0, 2, 3, 1)`` = tag ``acdb``).
         values: the values of a ``weights_shape`` input (the format holds no data).
     """
@@ -121,8 +131,11 @@ class Case:
         path: the resolved JSON file ('' when not found).
         kind: op kind (None when the file could not be read).
         attrs: keyword attributes of the public op class.
-        inputs: input tensors in index order; ``output``: the output tensor.
+        inputs: input tensors in index order; ``output``: the output tensor. A pattern
+            case: src, weights, bias (when there is one), then the binary post-ops' tensors
+            in chain order; the output is the chain's last tensor.
         status: None if runnable, else INVALID or SKIPPED; ``reason`` says why.
+        pattern: for a graph of several ops, what it adds to the ConvTranspose.
     """
 
     id: str
@@ -135,10 +148,17 @@ class Case:
     output: Optional[TensorSpec] = None
     status: Optional[str] = None
     reason: str = ""
+    pattern: Optional[Pattern] = None
+
+    @property
+    def label(self) -> Optional[str]:
+        """The op kind, or a pattern's op kinds joined by '+'."""
+        return self.pattern.label if self.pattern is not None else self.kind
 
     @property
     def dtype(self) -> Optional[str]:
-        """The float dtype of the call (None when unknown)."""
+        """The dtype of the call's output (None when unknown): f32, bf16, f16, or the u8/s8
+        of an int8 pattern's Quantize."""
         if self.output is not None:
             return self.output.dtype
         floats = [t.dtype for t in self.inputs if t.role != "weights_shape"]
@@ -342,13 +362,15 @@ def build_case(
 
 
 def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
-    if len(graph.ops) != 1:
-        kinds = ", ".join(op.kind for op in graph.ops) or "none"
-        status = INVALID if not graph.ops else SKIPPED
+    if not graph.ops:
         raise CaseError(
-            status,
-            f"the graph has {len(graph.ops)} ops ({kinds}); the runner takes a single ConvTranspose op",
+            INVALID, "the graph has 0 ops (none); the runner takes a single ConvTranspose op"
         )
+    if len(graph.ops) > 1:
+        from . import patterns
+
+        patterns.build(case, graph, ov)
+        return
     op = graph_json.parse_graph(graph.to_json()).ops[0]  # a copy the overrides can change
     case.kind = op.kind
     if op.kind not in CONVT_KINDS:

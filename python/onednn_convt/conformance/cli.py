@@ -66,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dt",
         metavar="DT[,DT...]",
-        help="run only cases of these dtypes (f32, bf16, f16); with --dump: the dtype of the call",
+        help="run only cases of these dtypes (f32, bf16, f16; int8: int8 patterns); with --dump: "
+        "the dtype of the call's float inputs",
     )
     parser.add_argument(
         "--shard",
@@ -197,10 +198,16 @@ def _select(cases: list[Any], args: argparse.Namespace) -> list[Any]:
         cases = [c for c in cases if any(w in f"{c.location} {c.id}".lower() for w in words)]
     if args.dt:
         wanted = {d.strip() for d in args.dt.split(",")}
-        unknown = wanted - {"f32", "bf16", "f16"}
+        unknown = wanted - {"f32", "bf16", "f16", "int8"}
         if unknown:
-            raise ValueError(f"--dt: expected f32, bf16 or f16, got {', '.join(sorted(unknown))}")
-        cases = [c for c in cases if c.dtype is None or c.dtype in wanted]
+            raise ValueError(
+                f"--dt: expected f32, bf16, f16 or int8, got {', '.join(sorted(unknown))}"
+            )
+
+        def dtype_of(c: Any) -> Optional[str]:
+            return "int8" if c.pattern is not None and c.pattern.int8 else c.dtype
+
+        cases = [c for c in cases if dtype_of(c) is None or dtype_of(c) in wanted]
     if args.shard:
         i, n = args.shard
         cases = cases[i - 1 :: n]

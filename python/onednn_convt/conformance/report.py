@@ -64,7 +64,7 @@ def describe(result: Result, verbose: bool = False) -> str:
             lines.append(f"    repro: {case.repro()}")
     elif verbose and result.details:
         facts = ", ".join(f"{k}={v}" for k, v in result.details.items())
-        lines.append(f"    {case.kind} {case.dtype} {facts}")
+        lines.append(f"    {case.label} {case.dtype} {facts}")
     return "\n".join(lines)
 
 
@@ -250,6 +250,7 @@ def json_report(
                 "id": r.case.id,
                 "location": r.case.location,
                 "kind": r.case.kind,
+                "pattern": r.case.pattern.label if r.case.pattern is not None else None,
                 "dtype": r.case.dtype,
                 "outcome": r.outcome,
                 "category": category(r, fail_on_unsupported),

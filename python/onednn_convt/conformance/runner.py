@@ -17,7 +17,8 @@ Outcomes:
   (``strict_dtypes``: the op is built with ``strict=True`` and raises UnsupportedError).
 - ``INVALID``: the case is malformed or violates the spec; the reason is the runner's or the
   op's ValueError/TypeError message.
-- ``SKIPPED``: a valid graph that is not a single ConvTranspose op.
+- ``SKIPPED``: a valid graph that is neither a single ConvTranspose op nor a pattern the
+  package fuses (:mod:`onednn_convt.conformance.patterns`).
 - ``ERROR``: anything else the runner did not expect (a bug: the traceback's last line).
 
 Criteria (the same for every op): the reference is computed in float64 from the very values
@@ -34,6 +35,27 @@ such cases are judged like native ones and reported PASSED when they match; with
 ``strict_dtypes`` they are UNSUPPORTED instead. The spec's meaning decides where oneDNN's own
 op is wrong (auto_pad on the backward ops, D8; dilated BackwardData, D9): the reference
 implements the spec, and so does the binding.
+
+Pattern cases (several ops: a ConvTranspose with post-ops, or int8 with Dequantize and
+Quantize) run as one ``onednn_convt.ConvTranspose(post_ops=..., src_dequantize=...,
+weights_dequantize=..., dst_quantize=...)`` call on the inputs :func:`.fill.pattern_plan`
+makes, against ``reference.fused_conv_transpose`` on the same arrays:
+
+- int8 output (a Quantize ends the graph): exactly, element by element. The inputs are
+  integers and the scales of the oneDNN cases are powers of two or 2.25, so every value
+  before the Quantize is exact in f32 as in float64, and both round half to even: a
+  difference is a bug, not a rounding tie. The details give ``max_abs_diff``, how many
+  pre-quantize values were exact ties (``ties``) and how many outputs saturated.
+- float output: exactly after rounding to the output dtype, as single ops, when every
+  post-op is exact on integers (:data:`.fill.EXACT_POST_OPS`; the fill keeps every
+  intermediate value exact in f32); otherwise within ``|got - ref| <= tol * max(1, |ref|)``
+  with ``tol = 2 * eps(dtype) + 16 * eps(f32)`` (the library's exp/erf/tanh approximations
+  and its f32 attributes against the float64 reference: ours, in the spirit of benchdnn's
+  eltwise thresholds).
+
+The details also say whether the library ran the graph as one fused partition
+(``fused``, ``partitions``, ``lowering``); the package falls back to the plain op and NumPy
+where it does not, which is judged the same way (the result is what the package documents).
 """
 
 from __future__ import annotations
@@ -116,6 +138,38 @@ def _reference(case: Case, arrays: Sequence[np.ndarray]) -> np.ndarray:
     return reference.conv_transpose_backward_weights(arrays[0], arrays[1], ws, **attrs)
 
 
+def compare_close(got: np.ndarray, ref: np.ndarray, dtype: Any, tol: float) -> Optional[str]:
+    """None if ``|got - ref| <= tol * max(1, |ref|)`` everywhere (NaN equal to NaN, an
+    infinity to the same infinity), else a message as :func:`compare`'s."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = ref.astype(dtype).astype(np.float64)
+        actual = np.asarray(got).astype(np.float64)
+        same = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
+        diff = np.where(same, 0.0, np.abs(actual - expected))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        bound = tol * np.maximum(1.0, np.abs(expected))
+        ok = same | (diff <= bound)
+    if ok.all():
+        return None
+    excess = np.where(ok, 0.0, diff / np.where(np.isfinite(bound), bound, np.inf))
+    worst = np.unravel_index(int(np.argmax(np.where(ok, -1.0, excess))), diff.shape)
+    index = tuple(int(i) for i in worst)
+    bad = int(ok.size - np.count_nonzero(ok))
+    return (
+        f"{bad} of {ok.size} elements differ by more than {tol:g} * max(1, |expected|); "
+        f"at index {index}: expected {expected[worst]:g}, got {actual[worst]:g} (|diff| = {diff[worst]:g})"
+    )
+
+
+#: Machine epsilon of each float dtype.
+EPS = {"f32": 2.0**-23, "bf16": 2.0**-7, "f16": 2.0**-10}
+
+
+def float_tolerance(code: str) -> float:
+    """The tolerance of a float pattern whose post-ops are not all exact (module docstring)."""
+    return 2 * EPS[code] + 16 * EPS["f32"]
+
+
 def _last_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
@@ -137,6 +191,8 @@ def run_case(case: Case, *, strict_dtypes: bool = False) -> Result:
 def _run(case: Case, strict_dtypes: bool) -> Result:
     if case.status is not None:
         return Result(case, case.status, case.reason)
+    if case.pattern is not None:
+        return _run_pattern(case, strict_dtypes)
     import onednn_convt
     from onednn_convt.dtypes import FLOAT_DTYPES
     from onednn_convt.errors import OneDNNError, UnsupportedError
@@ -216,6 +272,134 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
             details=details,
         )
     return Result(case, PASSED, details=details)
+
+
+# -- pattern cases -----------------------------------------------------------------------------
+
+
+def _run_pattern(case: Case, strict_dtypes: bool) -> Result:
+    """Run a pattern case as one fused ConvTranspose call and judge it (module docstring)."""
+    import onednn_convt
+    from onednn_convt import reference
+    from onednn_convt.dtypes import FLOAT_DTYPES
+    from onednn_convt.errors import OneDNNError, UnsupportedError
+    from onednn_convt.post_ops import INT8_DTYPES
+
+    from . import fill
+
+    p = case.pattern
+    assert p is not None and case.output is not None
+    try:
+        op = onednn_convt.ConvTranspose(**case.attrs, **p.op_kwargs(), strict=strict_dtypes)
+    except (ValueError, TypeError) as e:
+        return Result(case, INVALID, str(e))
+    try:
+        arrays = fill.make_inputs(case)
+    except Exception as e:  # noqa: BLE001 - reported, never raised
+        return Result(case, ERROR, f"filling the inputs: {_last_line(e)}")
+    by_role = {t.role: a for t, a in zip(case.inputs, arrays)}
+    operands = [a for t, a in zip(case.inputs, arrays) if t.role.startswith("post_ops[")]
+    src, weights, bias = by_role["src"], by_role["weights"], by_role.get("bias")
+    code = case.output.dtype
+    int8_out = code in INT8_DTYPES
+    dtype = INT8_DTYPES[code] if int8_out else FLOAT_DTYPES.get(code)
+    if dtype is None:
+        return Result(case, INVALID, f"output dtype {code}: expected f32, bf16, f16, u8 or s8")
+    out = None
+    if case.output.shape is not None:
+        # NaN marks elements the op does not write; an integer output cannot hold it
+        out = fill.place(
+            np.full(case.output.shape, 0.0 if int8_out else np.nan), dtype, case.output.order
+        )
+    details: dict[str, Any] = {}
+    try:
+        got = op(src, weights, bias, *operands, out=out)
+    except UnsupportedError as e:
+        return Result(case, UNSUPPORTED, str(e))
+    except OneDNNError as e:
+        return Result(case, FAILED, f"the library refused a case the spec allows: {e}")
+    except (ValueError, TypeError) as e:
+        return Result(case, INVALID, str(e))
+    except Exception as e:  # noqa: BLE001
+        return Result(
+            case, ERROR, f"calling the op: {_last_line(e)}\n{traceback.format_exc(limit=-3)}"
+        )
+    details.update(fused=op.fused, partitions=op.partitions, lowering=op.lowering)
+    plan = getattr(op, "last_plan", None)
+    details["emulated"] = bool(getattr(plan, "emulated", False))
+    attrs = {k: v for k, v in case.attrs.items() if v is not None}
+    try:
+        pre = reference.fused_conv_transpose(
+            src,
+            weights,
+            bias,
+            operands,
+            post_ops=p.post_ops,
+            src_dequantize=p.src_dequantize,
+            weights_dequantize=p.weights_dequantize,
+            **attrs,
+        )
+    except ValueError as e:
+        return Result(
+            case, FAILED, f"the op accepted a case the reference rejects: {e}", details=details
+        )
+    q = p.dst_quantize
+    ref = pre if q is None else reference.quantize(pre, q.scales, q.zps, q.dtype, q.qtype, q.axis)  # type: ignore[arg-type]
+    if got.dtype != dtype:
+        return Result(case, FAILED, f"result dtype {got.dtype}, expected {dtype}", details=details)
+    if got.shape != ref.shape or (case.output.shape is not None and got.shape != case.output.shape):
+        return Result(
+            case,
+            FAILED,
+            f"result shape {got.shape}, expected {ref.shape} (reference) / {case.output.shape} (spec shapes)",
+            details=details,
+        )
+    details["elements"] = int(got.size)
+    details["nonzero_reference"] = int(np.count_nonzero(ref))
+    if int8_out:
+        assert q is not None
+        message = _judge_int8(got, ref, pre, q, details)
+    elif fill.exact_chain(p.post_ops):
+        details["criterion"] = "exact"
+        message = compare(got, ref, dtype)
+    else:
+        tol = float_tolerance(code)
+        details["criterion"] = f"tol={tol:.3g}"
+        message = compare_close(got, ref, dtype, tol)
+    if message is not None:
+        return Result(case, FAILED, message, details=details)
+    if out is not None and got is not out:
+        return Result(case, FAILED, "the op returned a new array instead of out=", details=details)
+    return Result(case, PASSED, details=details)
+
+
+def _judge_int8(
+    got: np.ndarray, ref: np.ndarray, pre: np.ndarray, q: Any, details: dict[str, Any]
+) -> Optional[str]:
+    """Exact comparison of an int8 result; details: max_abs_diff, ties, saturated."""
+    from onednn_convt.post_ops import INT8_DTYPES
+
+    info = np.iinfo(INT8_DTYPES[q.dtype])
+    actual = got.astype(np.float64)
+    diff = np.abs(actual - ref)
+    scaled = pre / float(q.scales[0]) + float(q.zps[0])  # per-tensor: what is rounded
+    with np.errstate(invalid="ignore"):
+        ties = np.abs(scaled - np.floor(scaled)) == 0.5
+    details["max_abs_diff"] = float(diff.max()) if diff.size else 0.0
+    details["ties"] = int(np.count_nonzero(ties))
+    details["saturated"] = int(np.count_nonzero((ref == info.min) | (ref == info.max)))
+    bad = diff != 0
+    if not bad.any():
+        return None
+    worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    index = tuple(int(i) for i in worst)
+    off_by_one = int(np.count_nonzero(diff == 1))
+    tie_bad = int(np.count_nonzero(bad & ties))
+    return (
+        f"{int(bad.sum())} of {diff.size} elements differ ({off_by_one} by 1, {tie_bad} of them at "
+        f"a rounding tie x.5 before the Quantize); max |got - expected| = {diff[worst]:g} at index "
+        f"{index}: expected {ref[worst]:g}, got {actual[worst]:g} (value before rounding: {scaled[worst]:.6g})"
+    )
 
 
 # -- many cases ------------------------------------------------------------------------------

@@ -1,0 +1,530 @@
+"""Pattern graphs: a ConvTranspose with the ops oneDNN fuses around it, run as one fused call.
+
+A graph of several ops runs as one ``onednn_convt.ConvTranspose(post_ops=...,
+src_dequantize=..., weights_dequantize=..., dst_quantize=...)`` call when its ops form the
+chain the package fuses (oneDNN 3.2's ``convtranspose_post_ops_fusion`` and int8 patterns)::
+
+    [Dequantize(src)] + [Dequantize(weights)] -> ConvTranspose [with bias input 2]
+        [-> BiasAdd] [-> up to three post-ops] [-> Quantize]
+
+The chain is found by tensor ids: each op's output feeds exactly one op. A post-op is
+one of :data:`onednn_convt.post_ops.POST_OPS`. A binary post-op takes the chain on input 0,
+or on input 1 of a commutative kind (Add, Multiply, Maximum, Minimum). Its other input is a
+graph input, or in an int8 graph a graph input through a per-tensor Dequantize.
+Both Dequantize ops (int8) or neither (float) precede the ConvTranspose. Quantize comes
+last and only in int8 graphs.
+
+Anything else is a valid graph this runner does not cover (``SKIPPED``, the reason says which
+op breaks the chain): another op kind, a branch, an op outside the chain, a Subtract or Divide
+with the chain on input 1 (the package's post-ops compute ``chain - other``, not
+``other - chain``), more than three post-ops, an int8 graph whose intermediates are not f32.
+Malformed attributes, dtypes or shapes are ``INVALID``, as for single ops.
+
+``--in-shapes`` sets the shape of any graph input by tensor id; ``--op-attrs`` sets the
+attributes of any op by op id (ConvTranspose geometry, Dequantize/Quantize ``scales``,
+``zps``, ``qtype``, ``axis``, a post-op's ``alpha``...); ``--dt`` rewrites every f32 tensor;
+``--mb`` the batch of src and of binary operands that carry it. The output shape is the
+ConvTranspose's, recomputed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..post_ops import INT8_DTYPES, MAX_CHAIN, POST_OPS, Dequantize, PostOp, Quantize
+from . import graph_json
+from .cases import (
+    FLOAT_CODES,
+    INVALID,
+    SKIPPED,
+    Case,
+    CaseError,
+    Overrides,
+    TensorSpec,
+    _check_attrs,
+    _parse_value,
+    _per_dim_value,
+    expected_output_shape,
+    stride_order,
+    tag_order,
+)
+from .graph_json import CONVT_KINDS, GRAPH_OP_KINDS, Attr, Graph, GraphOp, LogicalTensor
+
+#: Binary kinds whose inputs can be swapped (the chain may come on input 1).
+COMMUTATIVE = ("Add", "Multiply", "Maximum", "Minimum")
+#: Attributes of the Dequantize/Quantize ops, as the JSON types them.
+QUANT_ATTRS = {"scales": "f32[]", "zps": "s64[]", "qtype": "string", "axis": "s64"}
+#: The library's defaults for the optional quantization attributes.
+_QUANT_DEFAULTS: dict[str, Any] = {"qtype": "per_tensor", "axis": 1}
+INT8_CODES = tuple(INT8_DTYPES)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """What a pattern graph adds to its ConvTranspose (the fused op's extra keywords).
+
+    Attributes:
+        chain: the graph's op kinds, inputs' Dequantize ops first, then in chain order.
+        post_ops: the post-ops, in chain order.
+        src_dequantize, weights_dequantize, dst_quantize: the int8 quantization (or None).
+        bias_add: whether the bias came as a BiasAdd op (else as ConvTranspose input 2).
+    """
+
+    chain: tuple[str, ...]
+    post_ops: tuple[PostOp, ...] = ()
+    src_dequantize: Optional[Dequantize] = None
+    weights_dequantize: Optional[Dequantize] = None
+    dst_quantize: Optional[Quantize] = None
+    bias_add: bool = False
+
+    @property
+    def int8(self) -> bool:
+        """Whether the ConvTranspose's inputs are dequantized."""
+        return self.src_dequantize is not None
+
+    @property
+    def label(self) -> str:
+        """The op kinds joined by '+' (``Dequantize+Dequantize+ConvTranspose+Add+Quantize``)."""
+        return "+".join(self.chain)
+
+    def op_kwargs(self) -> dict[str, Any]:
+        """The ConvTranspose keywords beyond the geometry."""
+        return {
+            "post_ops": list(self.post_ops) or None,
+            "src_dequantize": self.src_dequantize,
+            "weights_dequantize": self.weights_dequantize,
+            "dst_quantize": self.dst_quantize,
+        }
+
+
+def _skip(reason: str) -> CaseError:
+    return CaseError(SKIPPED, reason)
+
+
+def _invalid(reason: str) -> CaseError:
+    return CaseError(INVALID, reason)
+
+
+def _apply_op_attrs(ops: dict[int, GraphOp], ov: Overrides) -> None:
+    for op_id, pairs in ov.op_attrs:
+        op = ops.get(op_id)
+        if op is None:
+            raise _invalid(
+                f"--op-attrs: no op with id {op_id} in the graph (op ids: {', '.join(map(str, ops))})"
+            )
+        for name, text in pairs:
+            if name not in op.attrs:
+                raise _invalid(
+                    f"--op-attrs: no attribute '{name}' in op {op.id} ({op.kind}); an override must name an attribute the JSON op has"
+                )
+            op.attrs[name] = Attr(op.attrs[name].type, _parse_value(op.attrs[name], text, name))
+
+
+def _quantization(op: GraphOp, cls: type[Dequantize], **extra: Any) -> Any:
+    """The Dequantize/Quantize object of a graph op (INVALID if its attributes are not)."""
+    values: dict[str, Any] = dict(_QUANT_DEFAULTS)
+    for name, attr in op.attrs.items():
+        want = QUANT_ATTRS.get(name)
+        if want is None:
+            raise _invalid(f"op {op.id} ({op.kind}): unknown attribute '{name}'")
+        if attr.type != want:
+            raise _invalid(
+                f"op {op.id} ({op.kind}): attribute '{name}' expected type {want}, got {attr.type}"
+            )
+        values[name] = attr.value
+    if "scales" not in values:
+        raise _invalid(f"op {op.id} ({op.kind}): missing required attribute 'scales'")
+    try:
+        return cls(**values, **extra)
+    except (ValueError, TypeError) as e:
+        raise _invalid(f"op {op.id}: {e}") from None
+
+
+def _post_op(op: GraphOp) -> tuple[PostOp, bool]:
+    """(the PostOp of a graph op, whether its auto_broadcast is 'none')."""
+    spec = POST_OPS[op.kind]
+    attrs: dict[str, Any] = {}
+    strict_shapes = False
+    for name, attr in op.attrs.items():
+        if spec.is_binary and name == "auto_broadcast":
+            if attr.type != "string" or attr.value not in ("numpy", "none"):
+                raise _invalid(
+                    f"op {op.id} ({op.kind}): auto_broadcast expected 'numpy' or 'none', got {attr.value!r}"
+                )
+            strict_shapes = attr.value == "none"
+            continue
+        if attr.type != "f32":
+            raise _invalid(
+                f"op {op.id} ({op.kind}): attribute '{name}' expected type f32, got {attr.type}"
+            )
+        attrs[name] = float(attr.value)
+    try:
+        return PostOp(op.kind, **attrs), strict_shapes
+    except (ValueError, TypeError) as e:
+        raise _invalid(f"op {op.id}: {e}") from None
+
+
+@dataclass
+class _Input:
+    """A graph input of the pattern: the tensor, its role, and its producer's Dequantize."""
+
+    tensor: LogicalTensor
+    role: str
+    dequantize: Optional[GraphOp] = None
+
+
+def build(case: Case, graph: Graph, ov: Overrides) -> None:
+    """Fill ``case`` from a graph of several ops, or raise CaseError (see the module docstring).
+
+    A SKIPPED reason starts with the graph's op kinds: ``the graph has 2 ops (ConvTranspose,
+    Concat): op 3 (Concat) follows the ConvTranspose; ...``.
+    """
+    try:
+        _build(case, graph, ov)
+    except CaseError as e:
+        if e.status == SKIPPED:
+            kinds = ", ".join(op.kind for op in graph.ops)
+            raise _skip(f"the graph has {len(graph.ops)} ops ({kinds}): {e.reason}") from None
+        raise
+
+
+def _build(case: Case, graph: Graph, ov: Overrides) -> None:
+    copy = graph_json.parse_graph(graph.to_json())  # a copy the overrides can change
+    for op in copy.ops:
+        if op.kind not in GRAPH_OP_KINDS:
+            raise _invalid(f"unknown op kind {op.kind!r} in op {op.id} (not a oneDNN Graph op)")
+    ops = {op.id: op for op in copy.ops}
+    convs = [op for op in copy.ops if op.kind in CONVT_KINDS]
+    if [op.kind for op in convs] != ["ConvTranspose"]:
+        raise _skip(
+            "the runner takes a single ConvTranspose op, or one ConvTranspose with the "
+            "Dequantize, BiasAdd, post-op and Quantize ops the package fuses"
+        )
+    conv = convs[0]
+    case.kind = conv.kind
+    _apply_op_attrs(ops, ov)
+    _check_attrs(conv)
+
+    producer: dict[int, GraphOp] = {}
+    consumers: dict[int, list[tuple[GraphOp, int]]] = {}
+    twice: list[str] = []  # reported once the graph is known to be a chain
+    for op in copy.ops:
+        if len(op.outputs) != 1:
+            raise _invalid(f"op {op.id} ({op.kind}) expected 1 output, got {len(op.outputs)}")
+        tid = op.outputs[0].id
+        if tid in producer:
+            twice.append(f"tensor {tid} is the output of ops {producer[tid].id} and {op.id}")
+        producer[tid] = op
+        for i, t in enumerate(op.inputs):
+            consumers.setdefault(t.id, []).append((op, i))
+    used = {conv.id}
+
+    def graph_input(t: LogicalTensor, role: str, dequantize_ok: bool) -> _Input:
+        p = producer.get(t.id)
+        if p is None:
+            return _Input(t, role)
+        if p.kind == "Dequantize" and dequantize_ok:
+            if len(p.inputs) != 1:
+                raise _invalid(f"op {p.id} (Dequantize) expected 1 input, got {len(p.inputs)}")
+            inner = producer.get(p.inputs[0].id)
+            if inner is not None:
+                raise _skip(
+                    f"the Dequantize (op {p.id}) of {role} takes the output of op {inner.id} ({inner.kind}); "
+                    "a pattern dequantizes graph inputs only"
+                )
+            used.add(p.id)
+            return _Input(p.inputs[0], role, p)
+        raise _skip(
+            f"{role} comes from op {p.id} ({p.kind}); in a pattern it is a graph input"
+            + (" or a Dequantize of one" if dequantize_ok else "")
+        )
+
+    if not 2 <= len(conv.inputs) <= 3:
+        raise _invalid(
+            f"ConvTranspose expected 2 or 3 inputs (src, weights, bias), got {len(conv.inputs)}"
+        )
+    src = graph_input(conv.inputs[0], "src", True)
+    weights = graph_input(conv.inputs[1], "weights", True)
+    bias = graph_input(conv.inputs[2], "bias", False) if len(conv.inputs) == 3 else None
+    if (src.dequantize is None) != (weights.dequantize is None):
+        which = "src" if src.dequantize is not None else "weights"
+        raise _skip(
+            f"only {which} of the ConvTranspose is dequantized; an int8 pattern dequantizes both src and weights"
+        )
+    int8 = src.dequantize is not None
+
+    # the chain after the ConvTranspose
+    chain_kinds = ["ConvTranspose"]
+    post_ops: list[PostOp] = []
+    operands: list[_Input] = []
+    strict_shapes: list[bool] = []
+    quantize: Optional[GraphOp] = None
+    bias_add = False
+    chain_tensors = [conv.outputs[0]]
+    cur = conv.outputs[0]
+    while True:
+        users = consumers.get(cur.id, [])
+        if not users:
+            break
+        if len(users) > 1:
+            names = ", ".join(f"{op.id} ({op.kind})" for op, _ in users)
+            raise _skip(
+                f"tensor {cur.id} feeds {len(users)} ops ({names}); a pattern is a single chain"
+            )
+        nxt, index = users[0]
+        used.add(nxt.id)
+        if quantize is not None:
+            raise _skip(f"op {nxt.id} ({nxt.kind}) follows the Quantize; Quantize ends a pattern")
+        where = f"op {nxt.id} ({nxt.kind})"
+        if nxt.kind == "BiasAdd":
+            if post_ops or bias is not None:
+                raise _skip(
+                    f"{where} comes after {'a post-op' if post_ops else 'the bias input'}; a BiasAdd directly follows a ConvTranspose without bias"
+                )
+            if len(nxt.inputs) != 2 or index != 0:
+                raise _skip(
+                    f"{where} expected the ConvTranspose's output on input 0 and the bias on input 1"
+                )
+            df = nxt.attrs.get("data_format")
+            conv_df = conv.attrs["data_format"].value if "data_format" in conv.attrs else "NXC"
+            bias_df = df.value if df is not None else "NXC"
+            if bias_df != conv_df:
+                raise _skip(
+                    f"{where} has data_format {bias_df} and the ConvTranspose {conv_df}: the bias would run along another dim"
+                )
+            bias = graph_input(nxt.inputs[1], "bias", False)
+            bias_add = True
+        elif nxt.kind == "Quantize":
+            if not int8:
+                raise _skip(
+                    f"{where} follows a float ConvTranspose; Quantize ends int8 patterns only"
+                )
+            if len(nxt.inputs) != 1:
+                raise _invalid(f"{where} expected 1 input, got {len(nxt.inputs)}")
+            quantize = nxt
+        elif nxt.kind in POST_OPS:
+            post_op, strict = _post_op(nxt)
+            if post_op.is_binary:
+                if len(nxt.inputs) != 2:
+                    raise _invalid(f"{where} expected 2 inputs, got {len(nxt.inputs)}")
+                if index == 1 and nxt.kind not in COMMUTATIVE:
+                    raise _skip(
+                        f"{where} takes the chain on input 1: other {'-' if nxt.kind == 'Subtract' else '/'} chain, "
+                        f"which the package's post-op (chain {'-' if nxt.kind == 'Subtract' else '/'} other) does not compute"
+                    )
+                role = f"post_ops[{len(post_ops)}]"
+                operand = graph_input(nxt.inputs[1 - index], role, int8)
+                if operand.dequantize is not None:
+                    deq = _quantization(operand.dequantize, Dequantize)
+                    if deq.qtype != "per_tensor":
+                        raise _skip(
+                            f"the Dequantize (op {operand.dequantize.id}) of {role} is {deq.qtype}; the package fuses per-tensor ones"
+                        )
+                    post_op = PostOp(
+                        post_op.kind, dequantize=deq
+                    )  # binary kinds have no attributes
+                operands.append(operand)
+                strict_shapes.append(strict)
+            elif len(nxt.inputs) != 1:
+                raise _invalid(f"{where} expected 1 input, got {len(nxt.inputs)}")
+            post_ops.append(post_op)
+        else:
+            raise _skip(
+                f"{where} follows the ConvTranspose; a pattern continues with BiasAdd, a post-op "
+                f"({', '.join(POST_OPS)}) or Quantize"
+            )
+        chain_kinds.append(nxt.kind)
+        cur = nxt.outputs[0]
+        chain_tensors.append(cur)
+    unused = [op for op in copy.ops if op.id not in used]
+    if unused:
+        names = ", ".join(f"{op.id} ({op.kind})" for op in unused)
+        raise _skip(f"op(s) {names} are not part of the ConvTranspose's chain")
+    if twice:
+        raise _invalid(twice[0])
+    if len(post_ops) > MAX_CHAIN:
+        raise _skip(
+            f"{len(post_ops)} post-ops; oneDNN 3.2 fuses at most {MAX_CHAIN} after a ConvTranspose"
+        )
+
+    # quantization
+    src_dq = weights_dq = None
+    dst_q = None
+    if int8:
+        assert src.dequantize is not None and weights.dequantize is not None
+        src_dq = _quantization(src.dequantize, Dequantize)
+        weights_dq = _quantization(weights.dequantize, Dequantize)
+        if src_dq.qtype != "per_tensor":
+            raise _skip(
+                f"the Dequantize of src (op {src.dequantize.id}) is per_channel; the library fuses per-tensor ones"
+            )
+        if any(weights_dq.zps):
+            raise _skip(
+                f"the Dequantize of weights (op {weights.dequantize.id}) has zero points {list(weights_dq.zps)}; "
+                "oneDNN 3.2 fuses weights without zero points only"
+            )
+    inputs = [src, weights] + ([bias] if bias is not None else []) + operands
+    final = chain_tensors[-1]
+
+    # shapes, memory orders and dtypes after the overrides
+    by_id = {i.tensor.id: i for i in inputs}
+    if len(by_id) != len(inputs):
+        raise _skip("one graph input feeds several ops of the pattern")
+    shape = {i.tensor.id: list(i.tensor.shape) for i in inputs}
+    order = {i.tensor.id: stride_order(i.tensor.stride, len(i.tensor.shape)) for i in inputs}
+    for tid, new_shape, tag in ov.in_shapes:
+        if tid not in by_id:
+            raise _invalid(
+                f"--in-shapes: tensor {tid} is not a graph input (inputs: {', '.join(map(str, by_id))})"
+            )
+        old_rank = len(shape[tid])
+        if new_shape is not None:
+            shape[tid] = list(new_shape)
+        rank = len(shape[tid])
+        try:
+            order[tid] = (
+                tag_order(tag, rank)
+                if tag
+                else (order[tid] if rank == old_rank else tuple(range(rank)))
+            )
+        except ValueError as e:
+            raise _invalid(f"--in-shapes: tensor {tid}: {e}") from None
+    if ov.mb:
+        batch = shape[src.tensor.id][0] if shape[src.tensor.id] else None
+        for given in [src, *operands]:
+            dims = shape[given.tensor.id]
+            if dims and (
+                given is src or (dims[0] == batch and len(dims) == len(shape[src.tensor.id]))
+            ):
+                dims[0] = ov.mb
+    dtype = {
+        t.id: (ov.dt if ov.dt and t.dtype == "f32" else t.dtype)
+        for op in copy.ops
+        for t in op.inputs + op.outputs
+    }
+    for tid, dt in ov.dt_ids:
+        if tid not in dtype:
+            raise _invalid(f"--dt: no tensor with id {tid}")
+        dtype[tid] = dt
+    for given in inputs:
+        if any(d < 0 for d in shape[given.tensor.id]):
+            raise _invalid(
+                f"input {given.tensor.id} ({given.role}) has an unknown shape {shape[given.tensor.id]}; every input shape must be known"
+            )
+    _check_dtypes(int8, inputs, chain_tensors, dtype, quantize)
+    if quantize is not None:
+        dst_q = _quantization(quantize, Quantize, dtype=dtype[final.id])
+
+    # the ConvTranspose's keywords and the output shape
+    spatial = len(shape[src.tensor.id]) - 2
+    attrs: dict[str, Any] = {}
+    for name, attr in conv.attrs.items():
+        value = attr.value
+        if name == "groups" and isinstance(value, list):
+            value = value[0]
+        elif attr.type == "s64[]":
+            value = _per_dim_value(conv.kind, name, value, spatial)
+        attrs[name] = value
+    try:
+        out_shape: Optional[tuple[int, ...]] = expected_output_shape(
+            conv.kind, attrs, [tuple(shape[src.tensor.id]), tuple(shape[weights.tensor.id])]
+        )
+    except (ValueError, IndexError, TypeError):
+        out_shape = None  # the call reports why
+    if out_shape is not None and min(out_shape, default=0) < 1:
+        out_shape = None
+    if out_shape is not None:
+        for operand, strict in zip(operands, strict_shapes):
+            got = tuple(shape[operand.tensor.id])
+            if strict and got != out_shape:
+                raise _invalid(
+                    f"{operand.role} has shape {list(got)} and auto_broadcast 'none', but the chain's shape is {list(out_shape)}"
+                )
+            full = (1,) * (len(out_shape) - len(got)) + got
+            if len(got) > len(out_shape) or any(a not in (1, b) for a, b in zip(full, out_shape)):
+                raise _invalid(
+                    f"{operand.role} has shape {list(got)}, which does not broadcast to the chain's shape {list(out_shape)} "
+                    "(a post-op's tensor must not change dst's shape)"
+                )
+        if not ov.reshapes and final.known_shape and tuple(final.shape) != out_shape:
+            raise _invalid(
+                f"output {final.id} has shape {list(final.shape)} in the JSON; the inputs and attributes give {list(out_shape)}"
+            )
+    out_order: tuple[int, ...] = ()
+    if out_shape is not None:
+        out_order = (
+            stride_order(final.stride, len(final.shape))
+            if len(final.shape) == len(out_shape)
+            else ()
+        )
+        out_order = out_order or tuple(range(len(out_shape)))
+
+    lead = [d.dequantize.kind for d in (src, weights) if d.dequantize is not None]
+    case.attrs = attrs
+    case.inputs = [
+        TensorSpec(
+            i.tensor.id, i.role, tuple(shape[i.tensor.id]), dtype[i.tensor.id], order[i.tensor.id]
+        )
+        for i in inputs
+    ]
+    case.output = TensorSpec(final.id, "dst", out_shape, dtype[final.id], out_order)
+    case.pattern = Pattern(
+        chain=tuple(lead + chain_kinds),
+        post_ops=tuple(post_ops),
+        src_dequantize=src_dq,
+        weights_dequantize=weights_dq,
+        dst_quantize=dst_q,
+        bias_add=bias_add,
+    )
+
+
+def _check_dtypes(
+    int8: bool,
+    inputs: list[_Input],
+    chain: list[LogicalTensor],
+    dtype: dict[int, str],
+    quantize: Optional[GraphOp],
+) -> None:
+    """INVALID (or SKIPPED) unless the tensors' dtypes fit the pattern (spec 6)."""
+    final = chain[-1]
+    if not int8:
+        tensors = [(i.role, i.tensor.id) for i in inputs] + [
+            (f"tensor {t.id}", t.id) for t in chain
+        ]
+        codes = {dtype[tid] for _, tid in tensors}
+        for role, tid in tensors:
+            if dtype[tid] not in FLOAT_CODES:
+                raise _invalid(
+                    f"{role} has dtype {dtype[tid]}; a float pattern takes f32, bf16 or f16"
+                )
+        if len(codes) > 1:
+            got = ", ".join(f"{r}={dtype[t]}" for r, t in tensors)
+            raise _invalid(f"every tensor of a float pattern must have one dtype, got {got}")
+        return
+    for i in inputs:
+        dt = dtype[i.tensor.id]
+        if i.dequantize is not None:
+            deq_out = i.dequantize.outputs[0].id
+            if dt not in INT8_CODES:
+                raise _invalid(
+                    f"{i.role} is dequantized and has dtype {dt}; Dequantize takes u8 or s8"
+                )
+            if dtype[deq_out] != "f32":
+                raise _skip(
+                    f"the Dequantize of {i.role} gives {dtype[deq_out]}; the package's int8 ops compute in f32"
+                )
+        elif dt != "f32":
+            raise _invalid(
+                f"{i.role} has dtype {dt}; in an int8 pattern it is f32 (or u8/s8 through a Dequantize)"
+            )
+    inner = chain[:-1] if quantize is not None else chain
+    for t in inner:
+        if dtype[t.id] != "f32":
+            raise _skip(
+                f"tensor {t.id} of the chain is {dtype[t.id]}; the package's int8 ops compute in f32"
+            )
+    if quantize is not None and dtype[final.id] not in INT8_CODES:
+        raise _invalid(
+            f"the Quantize output {final.id} has dtype {dtype[final.id]}; Quantize gives u8 or s8"
+        )
