@@ -7,6 +7,10 @@ Examples::
     onednn-convt conformance --cases-root DIR --line '--reset --dt=bf16 --case=op/f32/deconv.json'
     onednn-convt conformance --dump 'ConvTranspose(strides=2, data_format="NCX", weights_format="IOX")' \\
         --shapes 1x8x5x5 8x4x3x3 --dt bf16 -o case.json
+    onednn-convt conformance --dump 'ConvTranspose(data_format="NCX", weights_format="IOX",
+        post_ops=[PostOp("Add", dequantize=Dequantize(scales=1)), "ReLU"],
+        src_dequantize=Dequantize(scales=0.5, zps=2), weights_dequantize=Dequantize(scales=2),
+        dst_quantize=Quantize(scales=1, dtype="s8"))' --shapes 1x8x5x5 8x4x3x3 - 1x4x7x7
 
 Exit status: 0 when no case failed or errored, 1 otherwise, 2 for a usage error.
 """
@@ -27,6 +31,10 @@ DUMP_KINDS = (
     "ConvTransposeBackwardWeights",
     "ConvTransposeBackpropFilters",
 )
+#: Classes a --dump call may build its fused attributes from (with literal arguments).
+DUMP_HELPERS = ("PostOp", "Dequantize", "Quantize")
+#: dtype prefixes of --shapes entries (``u8:1x8x5x5``)
+SHAPE_CODES = ("f32", "bf16", "f16", "u8", "s8")
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -124,7 +132,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="SHAPE",
         help="the call's input shapes in order, e.g. 1x8x5x5 8x4x3x3; ws:8x4x3x3 is a "
-        "weights_shape input (ConvTransposeBackwardWeights) with those values",
+        "weights_shape input (ConvTransposeBackwardWeights) with those values; a fused "
+        "ConvTranspose takes src, weights, bias ('-' for none), then each binary post-op's "
+        "tensor; DT:SHAPE (u8:1x8x5x5) sets one input's dtype (int8 calls default to u8 src, "
+        "s8 weights and dequantized tensors, f32 bias and other tensors)",
     )
     dump.add_argument(
         "-o", "--output", metavar="FILE", help="where --dump writes (default: standard output)"
@@ -159,12 +170,41 @@ def parse_call(text: str) -> tuple[str, dict[str, Any]]:
     for kw in node.keywords:
         assert kw.arg is not None
         try:
-            kwargs[kw.arg] = ast.literal_eval(kw.value)
-        except ValueError:
+            kwargs[kw.arg] = _value(kw.value)
+        except ValueError as e:
+            detail = f" ({e})" if str(e) else ""
             raise ValueError(
-                f"--dump: attribute {kw.arg} expected a literal value, got {ast.unparse(kw.value)}"
+                f"--dump: attribute {kw.arg} expected a literal value or {', '.join(DUMP_HELPERS)}"
+                f"(...) with literal arguments, got {ast.unparse(kw.value)}{detail}"
             ) from None
     return name, kwargs
+
+
+def _value(node: ast.expr) -> Any:
+    """A literal, or a PostOp/Dequantize/Quantize built from literals, in lists or tuples."""
+    import onednn_convt
+
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [_value(e) for e in node.elts]
+        return items if isinstance(node, ast.List) else tuple(items)
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = (
+            func.id
+            if isinstance(func, ast.Name)
+            else func.attr
+            if isinstance(func, ast.Attribute)
+            else ""
+        )
+        if name not in DUMP_HELPERS or any(kw.arg is None for kw in node.keywords):
+            raise ValueError(f"{ast.unparse(node)} is not a call of {', '.join(DUMP_HELPERS)}")
+        args = [_value(a) for a in node.args]
+        kwargs = {kw.arg: _value(kw.value) for kw in node.keywords if kw.arg is not None}
+        try:
+            return getattr(onednn_convt, name)(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise ValueError(str(e)) from None
+    return ast.literal_eval(node)
 
 
 def dump_call(call: str, shapes: Sequence[str], dt: Optional[str]) -> str:
@@ -173,6 +213,7 @@ def dump_call(call: str, shapes: Sequence[str], dt: Optional[str]) -> str:
 
     import onednn_convt
     from onednn_convt.dtypes import FLOAT_DTYPES, SHAPE_DTYPE
+    from onednn_convt.post_ops import INT8_DTYPES
 
     from .graph_json import to_graph_json
 
@@ -180,15 +221,37 @@ def dump_call(call: str, shapes: Sequence[str], dt: Optional[str]) -> str:
     code = dt or "f32"
     if code not in FLOAT_DTYPES:
         raise ValueError(f"--dt: expected f32, bf16 or f16 with --dump, got {code!r}")
-    arrays = []
-    for text in shapes:
-        ws = text.startswith("ws:")
+    try:
+        op = getattr(onednn_convt, name)(**kwargs)
+    except TypeError as e:
+        raise ValueError(f"--dump: {e}") from None
+    f = getattr(op, "fusion", None)
+    defaults: list[str] = []
+    if f is not None and f.int8:  # src, weights, bias, then each binary post-op's tensor
+        defaults = ["u8", "s8", "f32"] + [
+            "s8" if p.dequantize is not None else "f32" for p in f.binary
+        ]
+    arrays: list[Any] = []
+    dtypes = {**FLOAT_DTYPES, **INT8_DTYPES}
+    for i, text in enumerate(shapes):
+        if text == "-" and f is not None and i == 2:
+            arrays.append(None)  # no bias
+            continue
+        prefix, sep, rest = text.partition(":")
+        ws = prefix == "ws" and bool(sep)
+        given = prefix if sep and prefix in SHAPE_CODES else None
+        dims_text = rest if sep and (ws or given) else text
         try:
-            dims = [int(d) for d in text.removeprefix("ws:").split("x")]
+            dims = [int(d) for d in dims_text.split("x")]
         except ValueError:
-            raise ValueError(f"--shapes: {text!r} expected AxBxC (or ws:AxBxC)") from None
-        arrays.append(np.asarray(dims, SHAPE_DTYPE) if ws else np.zeros(dims, FLOAT_DTYPES[code]))
-    op = getattr(onednn_convt, name)(**kwargs)
+            raise ValueError(
+                f"--shapes: {text!r} expected AxBxC, DT:AxBxC (DT one of {', '.join(SHAPE_CODES)}) or ws:AxBxC"
+            ) from None
+        if ws:
+            arrays.append(np.asarray(dims, SHAPE_DTYPE))
+            continue
+        c = given or (defaults[i] if i < len(defaults) else code)
+        arrays.append(np.zeros(dims, dtypes[c]))
     return to_graph_json(op, *arrays)
 
 

@@ -394,6 +394,8 @@ def graph_of_call(op: Any, *inputs: Any) -> Graph:
     if kind not in CONVT_KINDS:
         msg = f"to_graph_json: argument 'op' expected a ConvTranspose, ConvTransposeBackwardData or ConvTransposeBackwardWeights object, got {type(op).__name__}"
         raise TypeError(msg)
+    if getattr(op, "fusion", None) is not None:
+        return _graph_of_fused_call(op, inputs)
     names = type(op).input_names
     arrays = [None if x is None else np.asarray(x) for x in inputs]
     while arrays and arrays[-1] is None:
@@ -434,6 +436,129 @@ def graph_of_call(op: Any, *inputs: Any) -> Graph:
     return Graph([graph_op], version=f"{v['major']}.{v['minor']}.{v['patch']}")
 
 
+#: JSON types of the attributes of the ops a fused call adds (post-ops' own are f32).
+FUSED_ATTR_TYPES = {
+    "scales": "f32[]",
+    "zps": "s64[]",
+    "qtype": "string",
+    "axis": "s64",
+    "auto_broadcast": "string",
+    "data_format": "string",
+}
+
+
+def _node_attrs(kind: str, attrs: dict[str, Any], spatial: int) -> dict[str, Attr]:
+    if kind == "ConvTranspose":
+        return library_attrs(kind, attrs, spatial)
+    out = {}
+    for name, value in attrs.items():
+        t = FUSED_ATTR_TYPES.get(name, "f32")
+        if t == "f32[]":
+            value = [float(v) for v in value]
+        elif t == "s64[]":
+            value = [int(v) for v in value]
+        elif t == "f32":
+            value = float(value)
+        elif t == "s64":
+            value = int(value)
+        out[name] = Attr(t, value)
+    return out
+
+
+def _array_code(a: np.ndarray) -> Optional[str]:
+    from .. import dtypes
+    from ..post_ops import INT8_DTYPES
+
+    for code, dt in INT8_DTYPES.items():
+        if a.dtype == dt:
+            return code
+    return dtypes.code_of(a.dtype)
+
+
+def _graph_of_fused_call(op: Any, inputs: Sequence[Any]) -> Graph:
+    """The whole graph of a fused ConvTranspose call: the nodes the package compiles
+    (:func:`onednn_convt.fusion.graph_nodes`), inputs first (src, weights, the bias if given,
+    each binary post-op's tensor at dst's rank), then each node's output, in node order."""
+    from .. import _core, fusion
+    from .cases import expected_output_shape
+
+    f = op.fusion
+    name = op.op_name
+    given = list(inputs)
+    if len(given) < 2 or given[0] is None or given[1] is None:
+        msg = f"to_graph_json: {name} expected inputs {', '.join(op.input_names)}, got {len(given)}"
+        raise ValueError(msg)
+    src, w = np.asarray(given[0]), np.asarray(given[1])
+    bias = None if len(given) < 3 or given[2] is None else np.asarray(given[2])
+    operands = [np.asarray(x) for x in given[3:]]
+    if len(operands) != len(f.binary) or any(x is None for x in given[3:]):
+        msg = (
+            f"to_graph_json: {name} expected {len(f.binary)} post-op tensor(s) after the bias "
+            f"({', '.join(op.input_names[3:]) or 'none'}), got {len(operands)}"
+        )
+        raise ValueError(msg)
+    arrays = [src, w] + ([bias] if bias is not None else []) + operands
+    codes = []
+    for a, arg in zip(
+        arrays,
+        ["src", "weights"] + (["bias"] if bias is not None else []) + list(op.input_names[3:]),
+    ):
+        c = _array_code(a)
+        if c is None:
+            msg = f"to_graph_json: {name} argument '{arg}' has dtype {a.dtype}, which is not a oneDNN data type here"
+            raise TypeError(msg)
+        codes.append(c)
+    if f.int8:
+        inter = "f32"
+        out_code = f.dst_quantize.dtype if f.dst_quantize is not None else "f32"
+    else:
+        if len(set(codes)) > 1:
+            got = ", ".join(codes)
+            msg = (
+                f"to_graph_json: every tensor of a fused float call must have one dtype, got {got}"
+            )
+            raise TypeError(msg)
+        inter = out_code = codes[0]
+    out_shape = expected_output_shape(name, dict(op.attrs), [src.shape, w.shape])
+    rank = len(out_shape)
+    operand_shapes = []
+    for x in operands:
+        if x.ndim > rank:
+            msg = f"to_graph_json: {name} post-op tensor of shape {x.shape} has more dims than dst {out_shape}"
+            raise ValueError(msg)
+        operand_shapes.append((1,) * (rank - x.ndim) + tuple(x.shape))
+    nodes = fusion.graph_nodes(
+        op, f, bias is not None, out_shape, inter, out_code, operand_shapes, src.shape, w.shape
+    )
+    n_args = len(arrays)
+    placed = arrays[: n_args - len(operands)] + [
+        x.reshape(s) for x, s in zip(operands, operand_shapes)
+    ]
+    tensors = [_tensor_of(a, i, c) for i, (a, c) in enumerate(zip(placed, codes))]
+    outputs = [
+        LogicalTensor(n_args + k, code, [int(d) for d in shape], [int(v) for v in strides])
+        for k, (_, _, _, (shape, strides, code)) in enumerate(nodes)
+    ]
+
+    def ref(i: int) -> LogicalTensor:
+        return tensors[i] if i >= 0 else outputs[-1 - i]
+
+    spatial = src.ndim - 2
+    ops = [
+        GraphOp(
+            k,
+            f"{kind}_{k}",
+            kind,
+            _node_attrs(kind, attrs, spatial),
+            [ref(i) for i in refs],
+            [outputs[k]],
+        )
+        for k, (kind, attrs, refs, _) in enumerate(nodes)
+    ]
+    v = _core.version()
+    return Graph(ops, version=f"{v['major']}.{v['minor']}.{v['patch']}")
+
+
 def to_graph_json(op: Any, *inputs: Any, indent: Optional[int] = 2) -> str:
     """The oneDNN graph JSON of the call ``op(*inputs)``, for benchdnn or this runner.
 
@@ -446,6 +571,13 @@ def to_graph_json(op: Any, *inputs: Any, indent: Optional[int] = 2) -> str:
     library attribute, so it is not written. The legacy ConvTransposeBackpropFilters is
     written as the ConvTransposeBackwardWeights that computes it.
 
+    A fused ConvTranspose (``post_ops=``, or int8 with ``src_dequantize=`` ...) is written
+    as the whole graph the package compiles for the call (:func:`onednn_convt.fusion.graph_nodes`):
+    the Dequantize ops of src and weights, the ConvTranspose (its bias as input 2, pads
+    resolved as compiled), each post-op (a binary one's tensor at dst's rank, through its
+    Dequantize when it has one) and the Quantize, with tensor ids, dtypes, shapes and
+    strides; pass the bias as None to write a call without bias that has post-op tensors.
+
     Args:
         op: an op object (``onednn_convt.ConvTranspose(...)``, ...).
         *inputs: the arrays of the call, in the op's input order (NumPy arrays in the
@@ -453,7 +585,8 @@ def to_graph_json(op: Any, *inputs: Any, indent: Optional[int] = 2) -> str:
         indent: JSON indentation (None: one line).
 
     Returns:
-        The JSON text (a single-op graph; input tensor ids 0.., the output's id after them).
+        The JSON text (input tensor ids 0.., then the outputs; a single-op graph, or a
+        fused call's chain with op ids 0.. in chain order).
 
     Raises:
         TypeError: not an op object, or unsupported/mixed dtypes.
@@ -474,6 +607,20 @@ def case_graph_json(case: Any, indent: Optional[int] = 2) -> str:
     if case.status is not None or case.kind is None:
         msg = f"case_graph_json: the case is {case.status}: {case.reason}"
         raise ValueError(msg)
+    if case.pattern is not None:
+        from ..post_ops import INT8_DTYPES
+
+        by_role = {
+            t.role: place(
+                np.zeros(t.shape), INT8_DTYPES.get(t.dtype) or FLOAT_DTYPES[t.dtype], t.order
+            )
+            for t in case.inputs
+        }
+        operands = [by_role[t.role] for t in case.inputs if t.role.startswith("post_ops[")]
+        fused = onednn_convt.ConvTranspose(**case.attrs, **case.pattern.op_kwargs())
+        return to_graph_json(
+            fused, by_role["src"], by_role["weights"], by_role.get("bias"), *operands, indent=indent
+        )
     op = getattr(onednn_convt, case.kind)(**case.attrs)
     arrays = [
         np.asarray(t.values, SHAPE_DTYPE)
