@@ -468,3 +468,13 @@ def test_a_call_the_library_does_not_fuse_is_judged_the_same(tmp_path: Path) -> 
     assert result.outcome == PASSED, result.message
     assert result.details["fused"] is False and "in NumPy" in result.details["lowering"]
     assert result.details["max_abs_diff"] == 0.0
+
+
+def test_the_bundled_pattern_suite_passes_fused() -> None:
+    from onednn_convt.conformance.cases import bundled_suite
+
+    cases = collect([os.path.join(bundled_suite(), "harness_pattern")])
+    assert len(cases) == 16 and all(c.pattern is not None for c in cases)
+    assert {c.dtype for c in cases} == {"f32", "bf16", "f16", "s8", "u8"}
+    for case in cases:
+        check_passed(run_case(case))
