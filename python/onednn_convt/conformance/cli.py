@@ -52,8 +52,9 @@ def _shard(text: str) -> tuple[int, int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``onednn-convt conformance``."""
     parser.description = (
-        "Run oneDNN graph JSON cases (single ConvTranspose ops) and benchdnn-style harness files "
-        "through onednn_convt and judge each against onednn_convt.reference."
+        "Run oneDNN graph JSON cases (single ConvTranspose ops, or a ConvTranspose with the "
+        "Dequantize, BiasAdd, post-op and Quantize ops the package fuses) and benchdnn-style "
+        "harness files through onednn_convt and judge each against onednn_convt.reference."
     )
     parser.add_argument(
         "paths",
