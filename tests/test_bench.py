@@ -208,6 +208,32 @@ def test_measure_difference_alternates_and_pairs_samples() -> None:
     assert ta.samples == tb.samples == 5 and ta.median > tb.median
 
 
+def test_measure_rounds_alternates_with_gaps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rounds run one batch of each runner in order, each batch sized from its own call, and
+    sleep only before the runners given a gap; samples line up by round."""
+    from onednn_convt.bench import timing
+
+    calls: list[str] = []
+    slept: list[tuple[str, float]] = []
+
+    def runner(name: str, cost: float) -> timing.BatchRunner:
+        def run(k: int) -> float:
+            calls.append(name)
+            return k * cost
+
+        return run
+
+    monkeypatch.setattr(timing, "settle", lambda s: slept.append((calls[-1], s)))
+    ts, samples = timing.measure_rounds([runner("a", 1e-3), runner("b", 1e-4), runner("c", 1e-5)], repeat=4,
+                                        budget=10.0, gaps=[0.5, 0.0, 0.0])
+    assert calls[3:] == ["a", "b", "c"] * 4  # after one sizing call each
+    assert [t.samples for t in ts] == [4, 4, 4] and [len(s) for s in samples] == [4, 4, 4]
+    assert ts[1].batch == pytest.approx(10 * ts[0].batch, rel=0.01)
+    assert samples[2] == pytest.approx([1e-5] * 4)
+    assert [s for _, s in slept] == [0.5] * 4  # before each of a's batches only
+    assert [name for name, _ in slept] == ["c", "c", "c", "c"]  # i.e. after the previous round's c
+
+
 def test_retry_criteria():
     """--retry-busy and --retry-noisy pick rows by other processes' CPU use and by the
     spread of our samples; a failed row (no timing) is never picked."""
@@ -217,3 +243,4 @@ def test_retry_criteria():
     assert cli._spread({"error": "ValueError: x"}) == 0.0
     assert cli._busy({"others_cpu": 0.7}) == 0.7 and cli._busy({"others_cpu": None}) == 0.0
     assert cli._spread({"median_ms": 1.0, "iqr_ms": 0.3}) > cli.NOISY > cli._spread({"median_ms": 1.0, "iqr_ms": 0.1})
+

@@ -14,8 +14,9 @@ import gc
 import os
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 #: a batch runner: run the operation ``k`` times, return the seconds taken
 BatchRunner = Callable[[int], float]
@@ -109,21 +110,24 @@ def _batch(seconds: float, once: float) -> int:
 
 
 def _sample(
-    runners: list[BatchRunner], batches: list[int], repeat: int, budget: float, gap: float = 0.0
+    runners: list[BatchRunner], batches: list[int], repeat: int, budget: float,
+    gap: Union[float, Sequence[float]] = 0.0,
 ) -> list[list[float]]:
     """Rounds of one batch of each runner in turn (``batches``: calls per batch, one per
     runner), with the garbage collector off: up to ``repeat`` rounds, fewer (but 3 at least)
-    once ``budget`` seconds are spent (``gap`` seconds of sleep before each batch are not
-    counted). Returns each runner's seconds per call, a list per runner."""
+    once ``budget`` seconds are spent (``gap`` seconds of sleep before each batch, or one
+    figure per runner, are not counted). Returns each runner's seconds per call, a list per
+    runner."""
+    gaps = [float(gap)] * len(runners) if isinstance(gap, (int, float)) else [float(g) for g in gap]
     samples: list[list[float]] = [[] for _ in runners]
     enabled = gc.isenabled()
     gc.disable()
     try:
         spent = 0.0
         while len(samples[0]) < repeat:
-            for run, batch, out in zip(runners, batches, samples):
-                if gap:
-                    settle(gap)
+            for run, batch, out, pause in zip(runners, batches, samples, gaps):
+                if pause:
+                    settle(pause)
                 seconds = run(batch)
                 spent += seconds
                 out.append(seconds / batch)
@@ -160,6 +164,30 @@ def measure_difference(
     batches = [_batch(budget / repeat / 2, run(1)) for run in (a, b)]
     sa, sb = _sample([a, b], batches, repeat, budget, gap)
     return _timing(sa, batches[0]), _timing(sb, batches[1]), [x - y for x, y in zip(sa, sb)]
+
+
+def measure_rounds(
+    runners: Sequence[BatchRunner], repeat: int, budget: float, gaps: Optional[Sequence[float]] = None
+) -> tuple[list[Timing], list[list[float]]]:
+    """Time several operations in rounds, one batch of each in turn (a, b, c, a, b, c, ...),
+    so that all see the same state of a shared machine: :func:`measure_difference` for more
+    than two.
+
+    All have run before (no warm-up). Each runner's batch is sized from its own single call
+    to take about ``budget / repeat / len(runners)`` seconds. ``gaps``: seconds to sleep
+    (uncounted) before each runner's batch, one figure per runner, e.g. before and after
+    another OpenMP runtime's batch.
+
+    Returns:
+        each runner's timing per call, and its samples (seconds per call), one list per
+        runner, aligned by round: ``samples[i][k] - samples[j][k]`` pairs two batches that
+        ran side by side.
+    """
+    runners = list(runners)
+    repeat = max(_MIN_SAMPLES, int(repeat))
+    batches = [_batch(budget / repeat / len(runners), run(1)) for run in runners]
+    samples = _sample(runners, batches, repeat, budget, list(gaps) if gaps is not None else 0.0)
+    return [_timing(s, b) for s, b in zip(samples, batches)], samples
 
 
 def settle(seconds: float = 0.05) -> None:
