@@ -149,7 +149,8 @@ def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[st
     except OSError:
         pass
     return {
-        **{k: i[k] for k in ("onednn_version", "onednn_commit", "libdnnl", "cpu_runtime", "cpu_isa")},
+        **{k: i[k] for k in ("onednn_version", "onednn_commit", "cpu_runtime", "cpu_isa")},
+        "libdnnl": os.path.basename(i["libdnnl"]),  # no machine paths in the result files
         "dtype_support": {dt: i["dtypes"]["ConvTranspose"][dt] for dt in suites.DTYPES},
         "threads": threads, "omp_threads": omp,
         "torch_threads": torch.get_num_threads() if torch is not None else None,
