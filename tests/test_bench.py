@@ -244,3 +244,141 @@ def test_retry_criteria():
     assert cli._busy({"others_cpu": 0.7}) == 0.7 and cli._busy({"others_cpu": None}) == 0.0
     assert cli._spread({"median_ms": 1.0, "iqr_ms": 0.3}) > cli.NOISY > cli._spread({"median_ms": 1.0, "iqr_ms": 0.1})
 
+
+# -- the fused suite (bench --suite fused) ----------------------------------------------------
+def _bench_main(argv: list[str]) -> tuple[int, str, str]:
+    """``main(argv)`` with stdout and stderr captured and the process's thread counts restored."""
+    import contextlib
+    import io
+
+    from onednn_convt.bench.cli import set_threads
+    from onednn_convt.info import omp_max_threads
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    env, threads = os.environ.get("OMP_NUM_THREADS"), omp_max_threads()
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            code = main(argv)
+    finally:
+        if threads is not None:
+            set_threads(threads)
+        if env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+@pytest.fixture(scope="module")
+def fused_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The fused suite on the tiny layer, both formats, a few milliseconds per row."""
+    out = tmp_path_factory.mktemp("fused")
+    code, stdout, stderr = _bench_main(["bench", "--suite", "fused", "--quick", "--budget", "0.01", "--layers", "tiny",
+                                        "--formats", "NCX,NXC", "--out", str(out)])
+    doc = json.loads((out / "fused.json").read_text())
+    return {"code": code, "out": out, "stdout": stdout, "stderr": stderr, "doc": doc}
+
+
+def test_fused_suite_rows_and_files(fused_run: dict) -> None:
+    from onednn_convt.bench import fused
+
+    assert fused_run["code"] == 0, fused_run["stdout"] + fused_run["stderr"]
+    results = fused_run["doc"]["results"]
+    expected = {f"fused/tiny/{c.name}/{dt}/{fmt}" for c in fused.CASES for dt in ("f32", "bf16") for fmt in ("NCX", "NXC")}
+    expected |= {f"fused/tiny/{fused.INT8_CASE}/int8/{fmt}" for fmt in ("NCX", "NXC")}
+    assert {r["key"] for r in results} == expected
+    assert not [r for r in results if r.get("error")]
+    md = (fused_run["out"] / "fused.md").read_text()
+    assert md.count("\n| tiny |") == len(results)
+    assert "oneDNN " + fused_run["doc"]["meta"]["onednn_version"] in md
+    assert "/" not in fused_run["doc"]["meta"]["libdnnl"]  # no machine paths in result files
+    assert os.getcwd() not in md and os.getcwd() not in json.dumps(fused_run["doc"])
+    assert [s["dtype"] for s in fused_run["doc"]["summary"]] == ["f32", "bf16", "int8"]
+
+
+def test_fused_suite_checked_every_row(fused_run: dict) -> None:
+    """Each row ran as one fused partition and its result was checked against the unfused one
+    (and PyTorch's where installed) before it was timed."""
+    from onednn_convt.bench import fused
+
+    torch = runner.peers.torch_module()
+    for r in fused_run["doc"]["results"]:
+        assert r["fused"] is True and r["partitions"] == 1, r["key"]
+        assert r["lowering"].endswith("1 fused partition"), r["key"]
+        if r["dtype"] == "int8":
+            assert r["lsb_unfused"] <= fused.INT8_LSB and r["lsb_f32"] <= fused.INT8_LSB, r["key"]
+            if torch is not None:  # a PyTorch engine passed its check, or the row says why none did
+                assert r.get("lsb_torch", 0) <= fused.TORCH_INT8_LSB or r.get("torch_error"), r["key"]
+            continue
+        assert r["err_unfused"] <= runner.TOLERANCE[r["dtype"]], r["key"]
+        assert r["err_alloc"] == 0.0, r["key"]
+        if torch is not None:
+            assert r["err_torch"] <= 2 * runner.TOLERANCE[r["dtype"]], r["key"]
+
+
+def test_fused_suite_derived_figures(fused_run: dict) -> None:
+    for r in fused_run["doc"]["results"]:
+        assert r["fused_vs_unfused"] == pytest.approx(r["fused_ms"] / r["unfused_ms"])
+        assert r["saved_vs_pass"] == pytest.approx(r["saved_ms"] / r["pass_ms"])
+        assert r["saved_vs_post"] == pytest.approx(r["saved_ms"] / r["post_ms"])
+        assert r["samples"] >= 3
+        if r.get("torch_vs_fused") is not None:
+            assert r["torch_vs_fused"] == pytest.approx(r["torch_ms"] / r["fused_alloc_ms"])
+    for s in fused_run["doc"]["summary"]:
+        rows = [r for r in fused_run["doc"]["results"] if r["dtype"] == s["dtype"]]
+        assert s["rows"] == len(rows)
+        assert s["fused_vs_unfused"] == pytest.approx(report._geomean([r["fused_vs_unfused"] for r in rows]))
+
+
+def test_fused_suite_fails_loudly_on_a_wrong_result(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fused result that differs from the unfused one is an error row (not timed) and exit 1."""
+    from onednn_convt.bench import fused
+
+    real = fused.numpy_post
+
+    def off_by_one(src, dst, kinds, operands, tmp) -> None:
+        real(src, dst, kinds, operands, tmp)
+        dst += 1
+
+    monkeypatch.setattr(fused, "numpy_post", off_by_one)
+    code, stdout, _ = _bench_main(["bench", "--suite", "fused", "--quick", "--budget", "0.01", "--layers", "tiny",
+                                   "--dtypes", "f32", "--no-torch", "--out", str(tmp_path)])
+    assert code == 1
+    results = json.loads((tmp_path / "fused.json").read_text())["results"]
+    float_rows = [r for r in results if r["dtype"] == "f32"]
+    assert len(float_rows) == len(fused.CASES)
+    for r in float_rows:
+        assert r["error"].startswith("Mismatch:") and "fused against unfused" in r["error"], r
+        assert "fused_ms" not in r
+    assert [r for r in results if r["dtype"] == "int8" and not r.get("error")]  # its own unfused form
+    assert "FAILED" in stdout
+
+
+def test_fused_checks() -> None:
+    import numpy as np
+    from onednn_convt.bench import fused
+
+    a = np.ones((2, 3), np.float32)
+    assert fused.check_close("x", a, a, 0.0) == 0.0
+    with pytest.raises(fused.Mismatch, match="x: relative error"):
+        fused.check_close("x", a * 1.01, a, 1e-3)
+    with pytest.raises(fused.Mismatch):
+        fused.check_close("nan", a * np.nan, a, 1.0)
+    q = np.arange(100, dtype=np.uint8)
+    assert fused.check_u8("q", q, q, 0, 0.0) == (0, 0.0)
+    r = q.copy()
+    r[0] += 1
+    assert fused.check_u8("q", r, q, 1, 0.01) == (1, 0.01)
+    with pytest.raises(fused.Mismatch):
+        fused.check_u8("q", r, q, 0, 1.0)
+    with pytest.raises(ValueError, match="unknown layer"):
+        fused.layers(["nope"])
+    assert "istft" not in {lay.name for lay in fused.layers()}
+    assert {lay.name for lay in fused.layers()} == {lay.name for lay in suites.layers("models")} - {"istft"}
+
+
+def test_fused_suite_runs_alone() -> None:
+    code, _, stderr = _bench_main(["bench", "--suite", "fused,tiny"])
+    assert code == 2 and "runs alone" in stderr
+    code, _, stderr = _bench_main(["bench", "--suite", "fused", "--dtypes", "f16"])
+    assert code == 2 and "not f16" in stderr

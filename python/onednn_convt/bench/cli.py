@@ -7,6 +7,7 @@ Examples::
     onednn-convt bench --suite models --skip-slow --ops fwd --dtypes f32 --formats NXC
     onednn-convt bench --compare benchmarks/results/models.json
     onednn-convt bench --suite step            # DCGAN training step: onednn_convt.torch vs torch
+    onednn-convt bench --suite fused           # fused ConvTranspose + post-ops vs unfused and torch
 
 Progress goes to stderr; the table, the targets and the comparison to stdout; CSV, JSON and
 (with matplotlib) a PNG chart to ``--out``.
@@ -61,17 +62,21 @@ def _positive(kind: Any) -> Any:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``onednn-convt bench``."""
     parser.description = __doc__.split("\n\n")[0]
-    parser.add_argument("--suite", type=_list((*suites.SUITES, "step")), default=["models"],
-                        help="suites to run, comma-separated: models (default), tiny, sweep; or step "
-                             "alone: a DCGAN generator's training step, onednn_convt.torch vs torch")
+    parser.add_argument("--suite", type=_list((*suites.SUITES, *ALONE)), default=["models"],
+                        help="suites to run, comma-separated: models (default), tiny, sweep; or alone: "
+                             "step (a DCGAN generator's training step, onednn_convt.torch vs torch) or "
+                             "fused (the models layers' ConvTranspose with bias and post-ops fused, "
+                             "unfused and in torch; f32, bf16 and int8; NCX unless --formats)")
     parser.add_argument("--ops", type=_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS),
                         help="fwd,bwd_d,bwd_w (or the op class names); default all")
-    parser.add_argument("--dtypes", type=_list(suites.DTYPES), default=list(suites.DTYPES),
-                        help="f32,bf16,f16; default all")
-    parser.add_argument("--formats", type=_list(suites.FORMATS), default=list(suites.FORMATS),
-                        help="NCX,NXC (data_format; weights IOX with NCX, XOI with NXC); default both")
+    parser.add_argument("--dtypes", type=_list(suites.DTYPES), default=None,
+                        help="f32,bf16,f16; default all (fused: f32,bf16)")
+    parser.add_argument("--formats", type=_list(suites.FORMATS), default=None,
+                        help="NCX,NXC (data_format; weights IOX with NCX, XOI with NXC); default both "
+                             "(fused: NCX)")
     parser.add_argument("--layers", type=lambda s: [x for x in s.split(",") if x], default=None,
-                        help="only these layers (names as in the table), comma-separated")
+                        help="only these layers (names as in the table), comma-separated (fused: the "
+                             "models suite's without istft unless named)")
     parser.add_argument("--skip-slow", action="store_true",
                         help="leave out layers marked slow (the inverse-STFT-like layer)")
     parser.add_argument("--threads", type=_positive(int), default=None,
@@ -104,6 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reference", action="store_true", help="do not time the NumPy reference")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
 
+
+#: suites that run alone, each with its own module and result files
+ALONE = ("step", "fused")
 
 #: CPUs used by other processes above which a measurement counts as disturbed
 BUSY = 0.2
@@ -174,13 +182,20 @@ def run(args: argparse.Namespace) -> int:
         wait_idle=max(0.0, args.wait_idle),
         torch_limit=args.torch_limit,
     )
-    if "step" in args.suite:
+    alone = [s for s in args.suite if s in ALONE]
+    if alone:
         if len(args.suite) > 1:
-            print("bench: the step suite runs alone (--suite step)", file=sys.stderr)
+            print(f"bench: the {alone[0]} suite runs alone (--suite {alone[0]})", file=sys.stderr)
             return 2
+        if alone[0] == "fused":
+            from . import fused
+
+            return fused.run(args, _meta(args, threads, omp))
         from . import training_step
 
         return training_step.run(args, _meta(args, threads, omp))
+    args.dtypes = args.dtypes or list(suites.DTYPES)
+    args.formats = args.formats or list(suites.FORMATS)
     old = report.read_json(args.compare) if args.compare else None
     configs = [c for s in args.suite for c in suites.configs(
         s, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers)]
