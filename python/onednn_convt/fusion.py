@@ -267,18 +267,8 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
             msg = f"{name}: {label} tensor of shape {x.shape} does not broadcast to dst {out_shape}"
             raise ValueError(msg)
         operand_shapes.append(full)
-    if out is not None:
-        if not isinstance(out, np.ndarray) or out.dtype != out_dtype:
-            got = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
-            msg = f"{name}: argument 'out' expected dtype {out_dtype}, got {got}"
-            raise TypeError(msg)
-        if out.shape != out_shape:
-            msg = f"{name}: argument 'out' expected shape {out_shape}, got {out.shape}"
-            raise ValueError(msg)
-        if not out.flags.writeable:
-            msg = f"{name}: argument 'out' is read-only"
-            raise ValueError(msg)
-        op._check_aliasing(arrays, out)
+    if out is not None:  # the plain op's checks: type, dtype, shape, writable, strides, aliasing
+        op._check_out(arrays, out, out_shape, out_dtype)
     # the plain op's limits: oneDNN's 32-bit shape range, the memory limit
     from .ops import Lowering
 
