@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from . import _core, dtypes, guards, limits, schema, shapes
+# ops imports this module: its names are used at call time only
+from . import _core, dtypes, guards, limits, ops, reference, schema, shapes
 from .errors import UnsupportedError
-from . import reference
 from .post_ops import INT8_DTYPES, Dequantize, PostOp, Quantize, as_post_ops
 
 if TYPE_CHECKING:
@@ -119,18 +119,6 @@ class FusedLowering:
     guard: Optional[str] = None
 
 
-def _dense(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
-
-
-def _describe(a: np.ndarray, code: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
-    return a.shape, tuple(s // a.itemsize for s in a.strides), code
-
-
 def _code(a: np.ndarray) -> str:
     for code, dt in INT8_DTYPES.items():
         if a.dtype == dt:
@@ -164,7 +152,7 @@ class FusedPlan:
         shape = self.lowering.out_shape
         compute = F32 if self.emulated else self.out_dtype
         direct = (not self.emulated and out is not None
-                  and out.strides == tuple(st * out.itemsize for st in _dense(shape)))  # as compiled
+                  and out.strides == tuple(st * out.itemsize for st in ops._dense_strides(shape)))  # as compiled
         result = out if out is not None and direct else np.empty(shape, compute)
         self.compiled.execute(args, result)
         if self.finite_guard and not dtypes.all_finite(result):
@@ -270,9 +258,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     if out is not None:  # the plain op's checks: type, dtype, shape, writable, strides, aliasing
         op._check_out(arrays, out, out_shape, out_dtype)
     # the plain op's limits: oneDNN's 32-bit shape range, the memory limit
-    from .ops import Lowering
-
-    conv = Lowering("ConvTranspose", op._convtranspose_attrs(src.shape, w.shape),
+    conv = ops.Lowering("ConvTranspose", op._convtranspose_attrs(src.shape, w.shape),
                     (0, 1) if bias is None else (0, 1, 2), out_shape, weights_arg=1)
     limits.check_plan(name, conv, arrays[:3], None, F32 if f.int8 else dtypes.FLOAT_DTYPES[code],
                       emulated=code != "f32")
@@ -286,12 +272,13 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     emulate = code in ("bf16", "f16") and (force_f32 or guarded or op._NATIVE_FUSED.get(code) is False)
     attempts = [emulate] if emulate or code not in ("bf16", "f16") else [False, True]
     reason = ""
+    unfused = False  # the library splits this graph, or fuses it wrongly: plain op, then NumPy
     if any(p.dequantize is not None and x.dtype != out_dtype for p, x in zip(f.binary, operands)):
         # oneDNN 3.2 fuses a dequantized Add (its "sum" post-op) whose tensor is s8 into a u8
         # dst, or u8 into s8, and returns wrong values (up to 65 quantization steps off;
         # measured on Sapphire Rapids under every ONEDNN_MAX_CPU_ISA from AVX2 to AMX): unfused
-        attempts = []
-        reason = "oneDNN 3.2 computes a fused sum whose tensor's dtype differs from dst's wrongly (one partition avoided)"
+        attempts, unfused = [], True
+        reason = "oneDNN 3.2 computes a fused sum whose tensor's dtype differs from dst's wrongly"
     for emulated in attempts:
         compute = "f32" if emulated else code
         try:
@@ -299,6 +286,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         except UnsupportedError as e:
             reason = str(e)
             if "one partition" in reason:  # the library does not fuse this graph: no retry
+                unfused = True
                 break
             if not emulated and code in ("bf16", "f16"):
                 op._NATIVE_FUSED[code] = False
@@ -313,7 +301,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
                          finite_guard=not emulated and code in ("bf16", "f16"), **plan_args)  # type: ignore[arg-type]
         plan.executor = _executor(plan, arrays)
         return plan
-    if f.int8 and reason and "one partition" not in reason:
+    if f.int8 and not unfused:  # compiled as one partition, then refused (a bad combination)
         raise UnsupportedError(f"{name}: oneDNN refuses this int8 call: {reason}", 3)
     why = reason.split(": ", 1)[-1].split(" (oneDNN")[0] if reason else "not compiled"
     before = "Dequantize in NumPy, " if f.int8 else ""
@@ -375,7 +363,7 @@ def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
     nodes: list[tuple[str, dict[str, Any], list[int], Any]] = []
 
     def add(kind: str, attrs: dict[str, Any], inputs: list[int], shape: Sequence[int], code: str) -> int:
-        nodes.append((kind, attrs, inputs, (list(shape), list(_dense(shape)), code)))
+        nodes.append((kind, attrs, inputs, (list(shape), list(ops._dense_strides(shape)), code)))
         return -len(nodes)
 
     src_ref, w_ref = 0, 1
@@ -410,11 +398,11 @@ def _compile(op: ConvTranspose, f: Fusion, arrays: Sequence[Any], operand_shapes
     src, w, bias, *_ = arrays
     has_bias = bias is not None
     args = library_inputs(arrays, has_bias, operand_shapes, emulated)
-    descs = [_describe(a, _code(a)) for a in args]
+    descs = [ops._describe(a, _code(a)) for a in args]
     out_code = _code(np.empty(0, out_dtype)) if out_dtype.kind in "iu" else compute  # bf16's kind is "V"
     inter = "f32" if f.int8 else compute
     nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape, w.shape)
-    output = (list(out_shape), list(_dense(out_shape)), out_code)
+    output = (list(out_shape), list(ops._dense_strides(out_shape)), out_code)
     return _core.compile(f.chain(has_bias), {}, descs, output, nodes=nodes)
 
 
