@@ -231,6 +231,35 @@ def tag_order(tag: str, rank: int) -> tuple[int, ...]:
     return order
 
 
+def apply_in_shapes(
+    ov: Overrides, inputs: Sequence[int], shape: dict[int, list[int]], order: dict[int, tuple[int, ...]]
+) -> None:
+    """Apply ``--in-shapes`` to the graph inputs (tensor ids ``inputs``): their ``shape`` and
+    memory ``order`` (a tag sets it; a new rank without one makes it dense), in place.
+
+    Raises:
+        CaseError: INVALID for a tensor that is not a graph input or a tag that does not fit.
+    """
+    for tid, new_shape, tag in ov.in_shapes:
+        if tid not in inputs:
+            raise CaseError(
+                INVALID,
+                f"--in-shapes: tensor {tid} is not a graph input (inputs: {', '.join(map(str, inputs))})",
+            )
+        old_rank = len(shape[tid])
+        if new_shape is not None:
+            shape[tid] = list(new_shape)
+        rank = len(shape[tid])
+        try:
+            order[tid] = (
+                tag_order(tag, rank)
+                if tag
+                else (order[tid] if rank == old_rank else tuple(range(rank)))
+            )
+        except ValueError as e:
+            raise CaseError(INVALID, f"--in-shapes: tensor {tid}: {e}") from None
+
+
 def stride_order(stride: Sequence[int], rank: int) -> tuple[int, ...]:
     """Memory order implied by element strides (outermost first); plain if unknown."""
     if len(stride) != rank or any(s <= 0 for s in stride):
@@ -393,24 +422,7 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
     shape = {t.id: list(t.shape) for t in op.inputs + op.outputs}
     order = {t.id: stride_order(t.stride, len(t.shape)) for t in op.inputs + op.outputs}
     dtype = {t.id: t.dtype for t in op.inputs + op.outputs}
-    for tid, new_shape, tag in ov.in_shapes:
-        if tid not in tensors:
-            raise CaseError(
-                INVALID,
-                f"--in-shapes: tensor {tid} is not a graph input (inputs: {', '.join(map(str, tensors))})",
-            )
-        old_rank = len(shape[tid])
-        if new_shape is not None:
-            shape[tid] = list(new_shape)
-        rank = len(shape[tid])
-        try:
-            order[tid] = (
-                tag_order(tag, rank)
-                if tag
-                else (order[tid] if rank == old_rank else tuple(range(rank)))
-            )
-        except ValueError as e:
-            raise CaseError(INVALID, f"--in-shapes: tensor {tid}: {e}") from None
+    apply_in_shapes(ov, list(tensors), shape, order)
     role_of = {t.id: roles[i] for i, t in enumerate(op.inputs)}
     if ov.mb:
         for tid, role in role_of.items():

@@ -45,9 +45,9 @@ from .cases import (
     _check_attrs,
     _parse_value,
     _per_dim_value,
+    apply_in_shapes,
     expected_output_shape,
     stride_order,
-    tag_order,
 )
 from .graph_json import CONVT_KINDS, GRAPH_OP_KINDS, Attr, Graph, GraphOp, LogicalTensor
 
@@ -373,23 +373,7 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
         raise _skip("one graph input feeds several ops of the pattern")
     shape = {i.tensor.id: list(i.tensor.shape) for i in inputs}
     order = {i.tensor.id: stride_order(i.tensor.stride, len(i.tensor.shape)) for i in inputs}
-    for tid, new_shape, tag in ov.in_shapes:
-        if tid not in by_id:
-            raise _invalid(
-                f"--in-shapes: tensor {tid} is not a graph input (inputs: {', '.join(map(str, by_id))})"
-            )
-        old_rank = len(shape[tid])
-        if new_shape is not None:
-            shape[tid] = list(new_shape)
-        rank = len(shape[tid])
-        try:
-            order[tid] = (
-                tag_order(tag, rank)
-                if tag
-                else (order[tid] if rank == old_rank else tuple(range(rank)))
-            )
-        except ValueError as e:
-            raise _invalid(f"--in-shapes: tensor {tid}: {e}") from None
+    apply_in_shapes(ov, list(by_id), shape, order)
     if ov.mb:
         batch = shape[src.tensor.id][0] if shape[src.tensor.id] else None
         for given in [src, *operands]:

@@ -174,6 +174,20 @@ def _last_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def _call_failed(case: Case, e: Exception) -> Result:
+    """The result of a case whose op call raised ``e`` (call it in the except block: an
+    ERROR carries the traceback)."""
+    from onednn_convt.errors import OneDNNError, UnsupportedError
+
+    if isinstance(e, UnsupportedError):
+        return Result(case, UNSUPPORTED, str(e))
+    if isinstance(e, OneDNNError):
+        return Result(case, FAILED, f"the library refused a case the spec allows: {e}")
+    if isinstance(e, (ValueError, TypeError)):
+        return Result(case, INVALID, str(e))
+    return Result(case, ERROR, f"calling the op: {_last_line(e)}\n{traceback.format_exc(limit=-3)}")
+
+
 def run_case(case: Case, *, strict_dtypes: bool = False) -> Result:
     """Run one case and judge it (see the module docstring for outcomes and criteria).
 
@@ -195,7 +209,6 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
         return _run_pattern(case, strict_dtypes)
     import onednn_convt
     from onednn_convt.dtypes import FLOAT_DTYPES
-    from onednn_convt.errors import OneDNNError, UnsupportedError
 
     from . import fill
 
@@ -228,16 +241,8 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
                 FAILED,
                 f"the op's output shape {got.shape} differs from the spec's {case.output.shape} ({e})",
             )
-    except UnsupportedError as e:
-        return Result(case, UNSUPPORTED, str(e))
-    except OneDNNError as e:
-        return Result(case, FAILED, f"the library refused a case the spec allows: {e}")
-    except (ValueError, TypeError) as e:
-        return Result(case, INVALID, str(e))
     except Exception as e:  # noqa: BLE001
-        return Result(
-            case, ERROR, f"calling the op: {_last_line(e)}\n{traceback.format_exc(limit=-3)}"
-        )
+        return _call_failed(case, e)
     plan = getattr(op, "last_plan", None)
     if plan is not None:
         details["emulated"] = bool(getattr(plan, "emulated", False))
@@ -282,7 +287,6 @@ def _run_pattern(case: Case, strict_dtypes: bool) -> Result:
     import onednn_convt
     from onednn_convt import reference
     from onednn_convt.dtypes import FLOAT_DTYPES
-    from onednn_convt.errors import OneDNNError, UnsupportedError
     from onednn_convt.post_ops import INT8_DTYPES
 
     from . import fill
@@ -314,16 +318,8 @@ def _run_pattern(case: Case, strict_dtypes: bool) -> Result:
     details: dict[str, Any] = {}
     try:
         got = op(src, weights, bias, *operands, out=out)
-    except UnsupportedError as e:
-        return Result(case, UNSUPPORTED, str(e))
-    except OneDNNError as e:
-        return Result(case, FAILED, f"the library refused a case the spec allows: {e}")
-    except (ValueError, TypeError) as e:
-        return Result(case, INVALID, str(e))
     except Exception as e:  # noqa: BLE001
-        return Result(
-            case, ERROR, f"calling the op: {_last_line(e)}\n{traceback.format_exc(limit=-3)}"
-        )
+        return _call_failed(case, e)
     details.update(fused=op.fused, partitions=op.partitions, lowering=op.lowering)
     plan = getattr(op, "last_plan", None)
     details["emulated"] = bool(getattr(plan, "emulated", False))
