@@ -155,14 +155,7 @@ def parse_call(text: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"--dump: {text!r} is not a Python call: {e.msg}") from None
     if not isinstance(node, ast.Call):
         raise ValueError(f"--dump: expected Kind(attr=value, ...), got {text!r}")
-    func = node.func
-    name = (
-        func.id
-        if isinstance(func, ast.Name)
-        else func.attr
-        if isinstance(func, ast.Attribute)
-        else ""
-    )
+    name = _callee(node)
     if name not in DUMP_KINDS:
         raise ValueError(f"--dump: op {name or text!r} expected one of {', '.join(DUMP_KINDS)}")
     if node.args or any(kw.arg is None for kw in node.keywords):
@@ -181,6 +174,14 @@ def parse_call(text: str) -> tuple[str, dict[str, Any]]:
     return name, kwargs
 
 
+def _callee(node: ast.Call) -> str:
+    """The called name of ``Kind(...)`` or ``module.Kind(...)``, else ``""``."""
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id
+    return func.attr if isinstance(func, ast.Attribute) else ""
+
+
 def _value(node: ast.expr) -> Any:
     """A literal, or a PostOp/Dequantize/Quantize built from literals, in lists or tuples."""
     import onednn_convt
@@ -189,14 +190,7 @@ def _value(node: ast.expr) -> Any:
         items = [_value(e) for e in node.elts]
         return items if isinstance(node, ast.List) else tuple(items)
     if isinstance(node, ast.Call):
-        func = node.func
-        name = (
-            func.id
-            if isinstance(func, ast.Name)
-            else func.attr
-            if isinstance(func, ast.Attribute)
-            else ""
-        )
+        name = _callee(node)
         if name not in DUMP_HELPERS or any(kw.arg is None for kw in node.keywords):
             raise ValueError(f"{ast.unparse(node)} is not a call of {', '.join(DUMP_HELPERS)}")
         args = [_value(a) for a in node.args]
