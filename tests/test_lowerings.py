@@ -45,19 +45,17 @@ def test_forward_rule():
     def kind(*args: object, bias: bool = False) -> str:
         return lowerings.forward_kind(*args, bias=bias)  # type: ignore[arg-type]
 
-    assert kind(k, s1, d1, p1, p1, 8, 8, 8, "NXC") == CONV  # depthwise, stride 1
-    assert kind(k, s1, d1, p1, p1, 8, 8, 8, "NXC", bias=True) == CONV
-    assert kind(k, s1, d1, p1, p1, 8, 8, 8, "NCX") == CONV_T
-    assert kind(k, (1, 2), d1, p1, p1, 8, 8, 8, "NXC") == CONV_T  # a stride
-    assert kind(k, s1, d1, p1, p1, 4, 8, 8, "NXC") == CONV_T  # 2 channels per group
-    assert kind(k, s1, d1, p1, p1, 8, 8, 16, "NXC") == CONV_T  # channel multiplier
-    assert kind(k, s1, d1, (3, 1), p1, 8, 8, 8, "NXC") == CONV_T  # crops past the kernel
-    assert kind(k, s1, (2, 2), (3, 1), p1, 8, 8, 8, "NXC") == CONV  # ... not when dilated
-    # groups 1 and no bias: the convolution's backward data, in every format and geometry
-    for fmt in ("NCX", "NXC"):
-        assert kind(k, (2, 2), (1, 2), p1, (0, 1), 1, 4, 3, fmt) == CONV_BWD_D
-        assert kind(k, s1, d1, p1, p1, 1, 1, 1, fmt) == (CONV if fmt == "NXC" else CONV_BWD_D)  # one channel
-        assert kind(k, (2, 2), d1, p1, p1, 1, 4, 3, fmt, bias=True) == CONV_T
+    assert kind(k, s1, d1, p1, p1, 8, 8, 8) == CONV  # depthwise, stride 1 (either format)
+    assert kind(k, s1, d1, p1, p1, 8, 8, 8, bias=True) == CONV
+    assert kind(k, (1, 2), d1, p1, p1, 8, 8, 8) == CONV_T  # a stride
+    assert kind(k, s1, d1, p1, p1, 4, 8, 8) == CONV_T  # 2 channels per group
+    assert kind(k, s1, d1, p1, p1, 8, 8, 16) == CONV_T  # channel multiplier
+    assert kind(k, s1, d1, (3, 1), p1, 8, 8, 8) == CONV_T  # crops past the kernel
+    assert kind(k, s1, (2, 2), (3, 1), p1, 8, 8, 8) == CONV  # ... not when dilated
+    # groups 1 and no bias: the convolution's backward data, in every geometry
+    assert kind(k, (2, 2), (1, 2), p1, (0, 1), 1, 4, 3) == CONV_BWD_D
+    assert kind(k, s1, d1, p1, p1, 1, 1, 1) == CONV  # one channel: depthwise
+    assert kind(k, (2, 2), d1, p1, p1, 1, 4, 3, bias=True) == CONV_T
 
 
 @pytest.mark.parametrize("weights_format", ["IOX", "XOI"])
@@ -117,7 +115,10 @@ RULED = [
             weights_format="XOI"), BWD_W, CONV_BWD_W),
     (Config(src=(5, 4), kernel=(3, 3), pads_begin=1, pads_end=1, ic=3, oc=3, data_format="NXC",
             weights_format="IOX"), BWD_W, CONV_BWD_W),
-    # ConvTranspose, depthwise with stride 1 in NXC: Convolution over flipped weights
+    # ConvTranspose, depthwise with stride 1: Convolution over flipped weights, either format
+    (Config(src=(6, 5), kernel=(3, 3), pads_begin=1, pads_end=1, ic=6, oc=6, groups=6, bias=True), FWD, CONV),
+    (Config(src=(4, 3, 5), kernel=(2, 3, 3), dilations=(1, 2, 1), pads_begin=(0, 1, 2), ic=3, oc=3, groups=3,
+            weights_format="XOI"), FWD, CONV),
     (Config(src=(6, 5), kernel=(3, 3), pads_begin=1, pads_end=1, ic=6, oc=6, groups=6, bias=True,
             data_format="NXC", weights_format="XOI"), FWD, CONV),
     (Config(src=(6, 5), kernel=(3, 2), dilations=(2, 3), pads_begin=(1, 0), pads_end=(4, 3), ic=4, oc=4, groups=4,

@@ -16,14 +16,21 @@ both lowerings of each models-suite configuration side by side; the figures belo
   keep ``ConvTranspose``.
 - Otherwise ConvTranspose runs as the library's ``ConvTranspose`` (or as ``MatMul`` +
   overlap-add for large 1-D kernels, :mod:`onednn_convt.matmul_lowering`), except a depthwise
-  one (one input and one output channel per group) with every stride 1 in NXC: that is
-  a forward ``Convolution`` over the spatially flipped weights with pads ``d*(k-1) - pb`` and
-  ``d*(k-1) - pe``, which oneDNN 3.2 runs on NXC directly where its ConvTranspose reorders to
-  blocked layouts and back; measured 0.37x (f32) and 0.50x (bf16) of the ConvTranspose
-  time on the models suite's depthwise layer. The flipped weights are copied each call into
+  one (one input and one output channel per group) with every stride 1: that is a forward
+  ``Convolution`` over the spatially flipped weights with pads ``d*(k-1) - pb`` and
+  ``d*(k-1) - pe``, which oneDNN 3.2 runs on its depthwise convolution kernels where its
+  ConvTranspose takes a generic deconvolution path. On the models suite's depthwise layer
+  (8x128x32x32, k3 s1 p1), library execute time, Sapphire Rapids, 2 threads, under every
+  ``ONEDNN_MAX_CPU_ISA`` from AVX2 to AMX: NXC 0.08-0.13x (f32) and 0.015-0.04x (bf16) of
+  the ConvTranspose time, NCX 0.31-0.35x (f32) and 0.035-0.06x (bf16); with a fused
+  post-op the ConvTranspose kernel slows a further 2-10x (19-29 ms) while the Convolution's
+  does not (:mod:`onednn_convt.fusion` builds its graph on the same Convolution). An
+  earlier measurement on a Zen4 CPU (avx512_core_bf16) had found NCX 1.2-2x slower this
+  way, NXC 0.37x (f32) and 0.50x (bf16); it predates the per-ISA measurement and is not
+  re-checked there. The flipped weights are copied each call into
   an array kept per thread and plan (small: one input and one output channel per group), so
   calls with out= allocate nothing. Dense and grouped stride-1 layers measured
-  0.6-1.4x either way, NCX depthwise 1.2-2x slower, so they keep the rules above.
+  0.6-1.4x either way (Zen4), so they keep the rules above.
 - ConvTransposeBackwardData runs as ``MatMul`` over frames of diff_dst for large 1-D kernels
   (:mod:`onednn_convt.matmul_lowering`); otherwise as the library's forward ``Convolution`` over the same
   weights memory (IOX read as OIX, XOI as XIO; spec D9), which handles dilations, except
@@ -76,11 +83,11 @@ def convolution_pads(
 
 def forward_kind(
     kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], pads_begin: Sequence[int],
-    pads_end: Sequence[int], groups: int, ic: int, oc: int, data_format: str, *, bias: bool,
+    pads_end: Sequence[int], groups: int, ic: int, oc: int, *, bias: bool,
 ) -> str:
     """The library op kind that runs a ConvTranspose call (outside the MatMul lowering)."""
     depthwise = ic == groups and oc == groups
-    if depthwise and data_format == "NXC" and all(s == 1 for s in strides):
+    if depthwise and all(s == 1 for s in strides):
         begin, end = convolution_pads(kernel, dilations, pads_begin, pads_end)
         if min(begin + end) >= 0:
             return CONVOLUTION

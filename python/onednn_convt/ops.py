@@ -697,9 +697,9 @@ class ConvTranspose(_WeightsOp):
             )
             return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
         inputs = (0, 1) if bias is None else (0, 1, 2)
-        kind = lowerings.forward_kind(kernel, *geometry, g, ic, o * g, a["data_format"], bias=bias is not None)
+        kind = lowerings.forward_kind(kernel, *geometry, g, ic, o * g, bias=bias is not None)
         if kind == lowerings.CONVOLUTION:
-            # depthwise, stride 1, NXC: a Convolution over flipped weights (stride 1: no output_padding)
+            # depthwise, stride 1: a Convolution over flipped weights (stride 1: no output_padding)
             conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
             attrs = self._library_attrs(geometry, conv_format)
             attrs["pads_begin"], attrs["pads_end"] = lowerings.convolution_pads(kernel, geometry[1], geometry[2], geometry[3])
