@@ -121,6 +121,29 @@ def test_three_post_op_chain_with_broadcasts(code: str, data_format: str) -> Non
     np.testing.assert_array_equal(np.asarray(again, np.float64), np.asarray(got, np.float64))
 
 
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_depthwise_stride_one_fuses_on_the_convolution(code: str, data_format: str) -> None:
+    """The plain op's Convolution over flipped weights heads the graph (lowerings): dilated,
+    asymmetric pads, a full-shape and a per-channel operand; twice (the plan's second call)."""
+    rng = np.random.default_rng(11)
+    c, dt, fmt = 6, DTYPES[code], formats(data_format)
+    src = rng.uniform(-1, 1, (2, c, 7, 6) if data_format == "NCX" else (2, 7, 6, c)).astype(dt)
+    w = rng.uniform(-0.5, 0.5, (c, 1, 3, 2) if data_format == "NCX" else (3, 2, 1, c)).astype(dt)
+    b = rng.uniform(-0.5, 0.5, c).astype(dt)
+    attrs = dict(groups=c, dilations=(2, 1), pads_begin=(1, 0), pads_end=(2, 1), **fmt)
+    shape = reference.conv_transpose(src, w, **attrs).shape
+    per_channel = (1, c, 1, 1) if data_format == "NCX" else (c,)
+    operands = [rng.uniform(-1, 1, shape).astype(dt), rng.uniform(0.5, 2, per_channel).astype(dt)]
+    chain = [PostOp("Add"), PostOp("ReLU"), PostOp("Multiply")]
+    op = oc.ConvTranspose(**attrs, post_ops=chain)
+    got = op(src, w, b, *operands)
+    assert op.fused is True and (op.lowering or "").startswith("Convolution+BiasAdd+Add+ReLU+Multiply"), op.lowering
+    check(got, src, w, b, operands, chain, code, **attrs)
+    again = op(src, w, b, *operands)
+    np.testing.assert_array_equal(np.asarray(again, np.float64), np.asarray(got, np.float64))
+
+
 @pytest.mark.parametrize("operand_shape", [(1,), (), (3,), (1, 1, 1, 3), (2, 1, 1, 3), (1, 10, 10, 1)])
 def test_binary_operand_broadcasts_numpy_style(operand_shape: tuple[int, ...]) -> None:
     src, w, b = inputs("NXC", "f32")
@@ -187,6 +210,30 @@ def test_int8_against_the_reference(src_code: str, dst: str | None, per_channel:
     else:
         np.testing.assert_array_equal(got.astype(np.float64), ref)
         assert len(np.unique(got)) > 3  # not saturated away
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_int8_depthwise_on_the_convolution(per_channel: bool, data_format: str) -> None:
+    """Depthwise stride 1 fuses on the Convolution over flipped weights: per-channel
+    weights scales move to that op's O axis; u8 dst judged exactly."""
+    rng = np.random.default_rng(12)
+    c, fmt = 6, formats(data_format)
+    x = rng.integers(0, 12, (2, c, 6, 5) if data_format == "NCX" else (2, 6, 5, c)).astype(np.uint8)
+    w = rng.integers(-5, 5, (c, 1, 3, 3) if data_format == "NCX" else (3, 3, 1, c)).astype(np.int8)
+    bias = rng.integers(-4, 4, c).astype(np.float32)
+    scales = [0.5, 1.0, 2.0, 0.25, 1.5, 0.75] if per_channel else [0.5]
+    axis = 1 if data_format == "NCX" else 2
+    wq = Dequantize(scales=scales, qtype="per_channel", axis=axis) if per_channel else Dequantize(scales=scales)
+    q = dict(src_dequantize=Dequantize(scales=0.5, zps=3), weights_dequantize=wq,
+             dst_quantize=Quantize(scales=2.0, zps=5, dtype="u8"))
+    attrs = dict(groups=c, pads_begin=1, pads_end=(0, 2), **fmt)
+    op = oc.ConvTranspose(**attrs, post_ops=["ReLU"], **q)
+    got = op(x, w, bias)
+    assert op.fused is True and (op.lowering or "").startswith("Dequantize+Convolution+"), op.lowering
+    ref = reference.fused_conv_transpose(x, w, bias, post_ops=[PostOp("ReLU")], **q, **attrs)
+    np.testing.assert_array_equal(got.astype(np.float64), ref)
+    assert len(np.unique(got)) > 3
 
 
 @pytest.mark.parametrize("other_dtype", [np.uint8, np.int8])

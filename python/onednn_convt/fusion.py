@@ -16,12 +16,12 @@ says so in ``op.lowering``:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
 # ops imports this module: its names are used at call time only
-from . import _core, dtypes, guards, limits, ops, reference, schema, shapes
+from . import _core, dtypes, guards, limits, lowerings, ops, reference, schema, shapes
 from .errors import UnsupportedError
 from .post_ops import INT8_DTYPES, Dequantize, PostOp, Quantize, as_post_ops
 
@@ -64,9 +64,42 @@ class Fusion:
         kinds = (["BiasAdd"] if bias else []) + [p.kind for p in self.post_ops]
         return kinds + (["Quantize"] if self.dst_quantize is not None else [])
 
-    def chain(self, bias: bool) -> str:
-        """The graph's op kinds, joined by '+'."""
-        return "+".join((["Dequantize"] if self.int8 else []) + ["ConvTranspose"] + self.after(bias))
+    def chain(self, bias: bool, core: str = lowerings.CONV_TRANSPOSE) -> str:
+        """The graph's op kinds, joined by '+' (``core``: the library op computing the
+        ConvTranspose, see :class:`Core`)."""
+        return "+".join((["Dequantize"] if self.int8 else []) + [core] + self.after(bias))
+
+
+@dataclass(frozen=True)
+class Core:
+    """The library op that computes a fused call's ConvTranspose, at the head of its graph.
+
+    The library's ``ConvTranspose``; or, where the plain op runs as a forward
+    ``Convolution`` over flipped weights (depthwise, stride 1: :mod:`onednn_convt.lowerings`),
+    that Convolution, whose kernels keep their speed with post-ops fused where the library's
+    deconvolution kernel loses it (10x and more on the models suite's depthwise layer).
+
+    Attributes:
+        kind: the library op kind.
+        attrs: its attributes.
+        weights_format: the format of the weights it takes (IOX/XOI, or OIX/XIO).
+        prepare: turns (src, weights[, bias]) into its inputs (the weights flip), or None.
+    """
+
+    kind: str
+    attrs: dict[str, Any]
+    weights_format: str
+    prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None
+
+
+
+def make_core(op: ConvTranspose, lowering: Optional[ops.Lowering], src_shape: Sequence[int],
+              w_shape: Sequence[int]) -> Core:
+    """The :class:`Core` of a fused call whose plain op lowers to ``lowering`` (None: the
+    library's ConvTranspose)."""
+    if lowering is not None and lowering.kind == lowerings.CONVOLUTION:
+        return Core(lowering.kind, lowering.attrs, lowering.attrs["weights_format"], lowering.prepare)
+    return Core(lowerings.CONV_TRANSPOSE, op._convtranspose_attrs(src_shape, w_shape), op.attrs["weights_format"])
 
 
 def make_fusion(
@@ -137,13 +170,14 @@ class FusedPlan:
     operand_shapes: tuple[tuple[int, ...], ...]  # each binary operand at dst's rank
     has_bias: bool
     compiled: Any = None
+    prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None  # Core.prepare
     emulated: bool = False  # bf16/f16 computed in f32
     finite_guard: bool = False  # native bf16/f16: redo in f32 if the result is non-finite
     executor: Any = None
     fallback: Optional[FusedPlan] = None
 
     def _library_inputs(self, arrays: Sequence[Any]) -> list[np.ndarray]:
-        return library_inputs(arrays, self.has_bias, self.operand_shapes, self.emulated)
+        return library_inputs(arrays, self.has_bias, self.operand_shapes, self.emulated, self.prepare)
 
     def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
         if self.compiled is None:
@@ -204,19 +238,27 @@ def _positive(a: np.ndarray) -> np.ndarray:
 
 
 def library_inputs(arrays: Sequence[Any], has_bias: bool, operand_shapes: Sequence[tuple[int, ...]],
-                   emulated: bool) -> list[np.ndarray]:
-    """The arrays the library takes: src, weights, the bias if given, each binary operand at
-    dst's rank (a view); f32 copies when emulated."""
+                   emulated: bool, prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None,
+                   ) -> list[np.ndarray]:
+    """The arrays the library takes: src, weights (through ``prepare``, the core's weights
+    flip, if any), the bias if given, each binary operand at dst's rank (a view); f32
+    copies when emulated."""
     src, w, bias, *operands = arrays
-    args = [src, w] + ([bias] if has_bias else []) + [x.reshape(s) for x, s in zip(operands, operand_shapes)]
+    head = [src, w] + ([bias] if has_bias else [])
+    if emulated:
+        head = [dtypes.to_f32(a) for a in head]
+    if prepare is not None:
+        head = prepare(head)
+    args = head + [x.reshape(s) for x, s in zip(operands, operand_shapes)]
     if emulated:
         return [dtypes.to_f32(a) for a in args]
     return [_positive(a) for a in args]
 
 
-def _weights_axis(op: ConvTranspose, rank: int) -> int:
-    """The O dim of the weights (IOX: 1, XOI: rank - 2): the per-channel axis of int8 weights."""
-    return 1 if op.attrs["weights_format"] == "IOX" else rank - 2
+def _weights_axis(weights_format: str, rank: int) -> int:
+    """The O dim of the weights (IOX: 1, XOI: rank - 2; a Convolution's OIX: 0, XIO:
+    rank - 1): the per-channel axis of int8 weights."""
+    return {"IOX": 1, "XOI": rank - 2, "OIX": 0, "XIO": rank - 1}[weights_format]
 
 
 def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray], *,
@@ -235,7 +277,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         assert f.src_dequantize is not None and f.weights_dequantize is not None
         q = f.weights_dequantize
         if q.qtype == "per_channel":
-            axis = _weights_axis(op, rank)
+            axis = _weights_axis(op.attrs["weights_format"], rank)
             if q.axis % rank != axis:
                 msg = (f"{name}: weights_dequantize expected per-channel axis {axis} (the O dim of "
                        f"{op.attrs['weights_format']} weights), got {q.axis}")
@@ -267,8 +309,9 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     strides = schema.per_dim(name, "strides", op.attrs["strides"], spatial)
     guarded = bool(guards.stride_not_below_kernel(code, kernel, strides))
     guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name if guarded else None
+    core = make_core(op, lowering, src.shape, w.shape)
     plan_args = dict(op=op, fusion=f, out_dtype=out_dtype, operand_shapes=tuple(operand_shapes),
-                     has_bias=bias is not None)
+                     has_bias=bias is not None, prepare=core.prepare)
     emulate = code in ("bf16", "f16") and (force_f32 or guarded or op._NATIVE_FUSED.get(code) is False)
     attempts = [emulate] if emulate or code not in ("bf16", "f16") else [False, True]
     reason = ""
@@ -282,7 +325,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     for emulated in attempts:
         compute = "f32" if emulated else code
         try:
-            compiled = _compile(op, f, arrays, operand_shapes, out_shape, compute, out_dtype, emulated)
+            compiled = _compile(op, f, core, arrays, operand_shapes, out_shape, compute, out_dtype, emulated)
         except UnsupportedError as e:
             reason = str(e)
             if "one partition" in reason:  # the library does not fuse this graph: no retry
@@ -296,7 +339,8 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
             continue
         if not emulated and code in ("bf16", "f16"):
             op._NATIVE_FUSED[code] = True
-        low = FusedLowering(f"{f.chain(bias is not None)}: 1 fused partition", out_shape, 1, True, guard)
+        how = " (the ConvTranspose as a Convolution over flipped weights)" if core.prepare is not None else ""
+        low = FusedLowering(f"{f.chain(bias is not None, core.kind)}: 1 fused partition{how}", out_shape, 1, True, guard)
         plan = FusedPlan(lowering=low, compiled=compiled, emulated=emulated,
                          finite_guard=not emulated and code in ("bf16", "f16"), **plan_args)  # type: ignore[arg-type]
         plan.executor = _executor(plan, arrays)
@@ -357,9 +401,14 @@ def _check_dtypes(op: ConvTranspose, f: Fusion, arrays: Sequence[Any]) -> tuple[
 def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
                 out_shape: Sequence[int], inter: str, out_code: str,
                 operand_shapes: Sequence[Sequence[int]], src_shape: Sequence[int],
-                w_shape: Sequence[int]) -> list[tuple[str, dict[str, Any], list[int], Any]]:
+                w_shape: Sequence[int], core: Optional[Core] = None,
+                ) -> list[tuple[str, dict[str, Any], list[int], Any]]:
     """The library graph of a fused call: (kind, attrs, inputs, output) per node, inputs
-    indexing the graph's inputs (src, weights, bias?, operands...) or, as -1 - k, node k."""
+    indexing the graph's inputs (src, weights, bias?, operands...) or, as -1 - k, node k.
+    ``core``: the op at its head (default: the library's ConvTranspose on ``w_shape``,
+    as the user's call reads; else ``w_shape`` is the weights as the core takes them)."""
+    if core is None:
+        core = make_core(op, None, src_shape, w_shape)
     nodes: list[tuple[str, dict[str, Any], list[int], Any]] = []
 
     def add(kind: str, attrs: dict[str, Any], inputs: list[int], shape: Sequence[int], code: str) -> int:
@@ -372,10 +421,10 @@ def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
         src_ref = add("Dequantize", f.src_dequantize.library_attrs(len(src_shape)), [0], src_shape, "f32")
         wq = f.weights_dequantize.library_attrs(len(w_shape))
         if f.weights_dequantize.qtype == "per_channel":
-            wq["axis"] = _weights_axis(op, len(w_shape))
+            wq["axis"] = _weights_axis(core.weights_format, len(w_shape))
         w_ref = add("Dequantize", wq, [1], w_shape, "f32")
     conv = [src_ref, w_ref] + ([2] if has_bias else [])
-    ref = add("ConvTranspose", op._convtranspose_attrs(src_shape, w_shape), conv, out_shape, inter)
+    ref = add(core.kind, core.attrs, conv, out_shape, inter)
     first = operand = 3 if has_bias else 2
     for p in f.post_ops:
         if p.is_binary:
@@ -392,23 +441,25 @@ def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
     return nodes
 
 
-def _compile(op: ConvTranspose, f: Fusion, arrays: Sequence[Any], operand_shapes: Sequence[tuple[int, ...]],
-             out_shape: tuple[int, ...], compute: str, out_dtype: np.dtype[Any], emulated: bool) -> Any:
+def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
+             operand_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...], compute: str,
+             out_dtype: np.dtype[Any], emulated: bool) -> Any:
     """Compile the graph for the arrays as library_inputs gives them (an emulated call: f32)."""
     src, w, bias, *_ = arrays
     has_bias = bias is not None
-    args = library_inputs(arrays, has_bias, operand_shapes, emulated)
+    args = library_inputs(arrays, has_bias, operand_shapes, emulated, core.prepare)
     descs = [ops._describe(a, _code(a)) for a in args]
     out_code = _code(np.empty(0, out_dtype)) if out_dtype.kind in "iu" else compute  # bf16's kind is "V"
     inter = "f32" if f.int8 else compute
-    nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape, w.shape)
+    nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape,
+                        args[1].shape, core)
     output = (list(out_shape), list(ops._dense_strides(out_shape)), out_code)
-    return _core.compile(f.chain(has_bias), {}, descs, output, nodes=nodes)
+    return _core.compile(f.chain(has_bias, core.kind), {}, descs, output, nodes=nodes)
 
 
 def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
     """The C++ fast path, where the call's arrays go to the library as given."""
-    if plan.emulated or plan.compiled is None:
+    if plan.emulated or plan.compiled is None or plan.prepare is not None:
         return None
     operands = arrays[3:]
     if any(x.shape != s for x, s in zip(operands, plan.operand_shapes)):
