@@ -153,6 +153,71 @@ def test_binary_operand_broadcasts_numpy_style(operand_shape: tuple[int, ...]) -
     check(got, src, w, None, [other], [PostOp("Subtract")], "f32", **ATTRS)
 
 
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+@pytest.mark.parametrize("chain", [["Add"], ["ReLU", "Add"], ["Multiply"], ["Add", "Maximum"]])
+def test_out_may_be_a_post_op_tensor(code: str, data_format: str, chain: list[str]) -> None:
+    """out= a binary post-op's own tensor of dst's shape: the result overwrites it, computed
+    from its values before the call (in place where the library can, from a copy elsewhere),
+    on the first call and through the cached plan; out= the last operand too."""
+    src, w, b = inputs(data_format, code)
+    fmt = formats(data_format)
+    shape = reference.conv_transpose(src, w, **ATTRS, **fmt).shape
+    rng = np.random.default_rng(13)
+    ops = [PostOp(k) for k in chain]
+    op = oc.ConvTranspose(**ATTRS, **fmt, post_ops=ops)
+    for round_ in range(2):
+        operands = [rng.uniform(-1, 1, shape).astype(DTYPES[code]) for p in ops if p.is_binary]
+        before = [x.copy() for x in operands]
+        target = operands[round_ % len(operands)]
+        got = op(src, w, b, *operands, out=target)
+        assert got is target and op.fused is True
+        check(got, src, w, b, before, ops, code, **ATTRS, **fmt)
+
+
+def test_out_in_place_saves_the_library_copy_where_it_can() -> None:
+    """The library reads a fused Add's full-shape tensor from dst's memory in NXC f32 (its
+    in-place "sum"); our in-place call hands it the tensor as dst, uncopied."""
+    src, w, b = inputs("NXC", "f32")
+    op = oc.ConvTranspose(**ATTRS, post_ops=["Add"])
+    shape = reference.conv_transpose(src, w, **ATTRS).shape
+    residual = np.random.default_rng(14).uniform(-1, 1, shape).astype(np.float32)
+    want = op(src, w, b, residual.copy())
+    assert op.last_plan.compiled.inplace_inputs == [3]  # src, weights, bias, the Add's tensor
+    got = op(src, w, b, residual, out=residual)
+    assert got is residual
+    np.testing.assert_array_equal(got, want)
+
+
+def test_out_as_post_op_tensor_survives_the_low_precision_redo() -> None:
+    """A native bf16 result holding an Inf is redone in f32 (FusedPlan.run): that redo reads
+    the post-op tensor again, so out= that tensor must not have been overwritten in place."""
+    src, w, b = inputs("NXC", "bf16")
+    src[0, 1, 1, 0] = np.inf
+    op = oc.ConvTranspose(**ATTRS, post_ops=["Add"])
+    shape = reference.conv_transpose(src, w, **ATTRS).shape
+    residual = np.random.default_rng(15).uniform(-1, 1, shape).astype(ml_dtypes.bfloat16)
+    want = op(src, w, b, residual.copy())
+    assert not np.isfinite(want.astype(np.float32)).all()
+    got = op(src, w, b, residual, out=residual)
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+def test_out_overlapping_an_input_is_refused() -> None:
+    """Only a whole post-op tensor may be out: a part of out, the same memory read another
+    way, or src sharing out's memory is a ValueError naming the input."""
+    src, w, b = inputs("NXC", "f32")
+    op = oc.ConvTranspose(**ATTRS, post_ops=["Add"])
+    shape = reference.conv_transpose(src, w, **ATTRS).shape
+    out = np.zeros(shape, np.float32)
+    for operand in (out[:1], out[:, ::-1]):
+        with pytest.raises(ValueError, match=r"shares memory with input 'post_ops\[0\] \(Add\)'.*not part of one"):
+            op(src, w, b, operand, out=out)
+    base = np.zeros(out.size + src.size, np.float32)
+    with pytest.raises(ValueError, match=r"shares memory with input 'src'"):
+        op(base[: src.size].reshape(src.shape), w, b, np.ones(3, np.float32), out=base[src.size - 1: -1].reshape(shape))
+
+
 def test_out_and_no_bias() -> None:
     src, w, _ = inputs("NCX", "f32")
     op = oc.ConvTranspose(**ATTRS, **formats("NCX"), post_ops=["Tanh"])

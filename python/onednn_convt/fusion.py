@@ -187,7 +187,18 @@ class FusedPlan:
         compute = F32 if self.emulated else self.out_dtype
         direct = (not self.emulated and out is not None
                   and out.strides == tuple(st * out.itemsize for st in ops._dense_strides(shape)))  # as compiled
-        result = out if out is not None and direct else np.empty(shape, compute)
+        # out may be a binary post-op's tensor (ConvTranspose._check_aliasing): the library
+        # writes it in place where it says it reads that input from the output's memory, else
+        # reads a copy; where an f32 redo may need the tensor afterwards, it writes elsewhere
+        aliased = out is not None and any(np.may_share_memory(a, out) for a in args[2 + self.has_bias:])
+        result: np.ndarray
+        if out is not None and direct and not (aliased and self.finite_guard):
+            result = out
+            for i in range(2 + self.has_bias, len(args)):
+                if i not in self.compiled.inplace_inputs and np.may_share_memory(args[i], out):
+                    args[i] = args[i].copy()
+        else:
+            result = np.empty(shape, compute)
         self.compiled.execute(args, result)
         if self.finite_guard and not dtypes.all_finite(result):
             # oneDNN 3.2's native bf16/f16 kernels spread a non-finite value to outputs it
@@ -197,7 +208,7 @@ class FusedPlan:
             return self.fallback.run(arrays, out)
         if self.emulated:
             return dtypes.round_f32(result, self.out_dtype, out)
-        if out is not None and not direct:
+        if out is not None and result is not out:
             np.copyto(out, result)
             return out
         return result
@@ -228,6 +239,12 @@ class FusedPlan:
             np.copyto(out, result)
             return out
         return result
+
+
+def is_whole(a: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``a`` is exactly ``out``'s memory: same start, shape and strides."""
+    return (a.shape == out.shape and a.strides == out.strides
+            and a.__array_interface__["data"][0] == out.__array_interface__["data"][0])
 
 
 def _positive(a: np.ndarray) -> np.ndarray:

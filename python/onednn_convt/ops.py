@@ -620,7 +620,11 @@ class ConvTranspose(_WeightsOp):
             bias: optional, shape (OC,).
             *post_inputs: the second tensor of each binary post-op (Add, Multiply, ...), in
                 chain order; each broadcasts NumPy-style to dst.
-            out: optional array to write dst into (exact shape and dtype).
+            out: optional array to write dst into (exact shape and dtype). It may be a
+                binary post-op's own tensor of dst's shape and strides (a residual): the
+                result then overwrites it, computed from its values before the call. For a
+                fused Add in NXC f32 the library runs that in place, the fastest residual
+                Add (README, "Fusion"); elsewhere the tensor is read from a copy.
 
         Arrays are NumPy arrays, torch tensors or other DLPack producers (CPU memory), all
         of one type; the result has that type (see :mod:`onednn_convt.interop`).
@@ -648,6 +652,19 @@ class ConvTranspose(_WeightsOp):
         if self.fusion is not None:
             return fusion.make_plan(self, arrays, out)
         return super()._make_plan(arrays, out)
+
+    def _check_aliasing(self, arrays: Sequence[Any], out: np.ndarray) -> None:
+        if self.fusion is None:
+            return super()._check_aliasing(arrays, out)
+        for name, a in zip(self.input_names, arrays):
+            if a is None or not np.may_share_memory(a, out):
+                continue
+            if name.startswith("post_ops[") and fusion.is_whole(a, out):
+                continue  # a binary post-op's tensor of dst's shape: the result overwrites it
+            msg = f"{self.op_name}: argument 'out' shares memory with input '{name}'"
+            if name.startswith("post_ops["):
+                msg += " (out may be a post-op tensor itself, of dst's shape and strides, not part of one)"
+            raise ValueError(msg)
 
     def _plain(self) -> ConvTranspose:
         """This op without post-ops or quantization (a fused call's unfused fallback)."""

@@ -442,6 +442,11 @@ CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
     }
     if (input_lts_.size() != inputs.size()) invalid(k, "the partition does not take every graph input");
     compiled_ = partitions[0].compile(input_lts_, {output_lt_}, cpu_engine());
+    for (const auto &pair : compiled_.get_inplace_ports()) {
+        if (pair.second != output_lt_.get_id()) continue;
+        for (size_t i = 0; i < inputs.size(); ++i)
+            if (inputs[i].get_id() == pair.first) inplace_inputs_.push_back(i);
+    }
     // ConvolutionBackwardWeights shares it too (measured: 20 of 100 concurrent calls wrong),
     // and so does ConvolutionBackwardData (4 threads on one partition: wrong values in 25-30
     // of 30 rounds; one partition per thread: none)

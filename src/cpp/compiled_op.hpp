@@ -69,6 +69,11 @@ public:
     // Thread-safe: kinds the library cannot run concurrently take a lock (see serialized_).
     void execute(const std::vector<void *> &inputs, void *output) const;
 
+    // The caller's inputs the library may read from the output's memory: passing the output
+    // buffer as such an input runs in place (a fused Add that the library makes its "sum"
+    // post-op; otherwise it first copies that input into the output).
+    const std::vector<size_t> &inplace_inputs() const { return inplace_inputs_; }
+
 private:
     OpSpec spec_;
     // oneDNN 3.2's ConvTransposeBackwardWeights and ConvolutionBackwardWeights share their
@@ -80,6 +85,7 @@ private:
     dnnl::graph::compiled_partition compiled_;
     std::vector<dnnl::graph::logical_tensor> input_lts_;  // in the partition's port order
     std::vector<size_t> input_order_;  // port i takes the caller's input input_order_[i]
+    std::vector<size_t> inplace_inputs_;
     dnnl::graph::logical_tensor output_lt_;
 };
 

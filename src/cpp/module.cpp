@@ -283,6 +283,8 @@ PYBIND11_MODULE(_core, m) {
             .def_property_readonly("key", [](const PyCompiledOp &c) { return c.op->spec().key(); })
             .def_property_readonly("constant_inputs",
                                    [](const PyCompiledOp &c) { return c.op->spec().constant_inputs; })
+            .def_property_readonly("inplace_inputs",
+                                   [](const PyCompiledOp &c) { return c.op->inplace_inputs(); })
             .def("execute", &PyCompiledOp::execute, py::arg("inputs"), py::arg("output"),
                  "Run once on arrays laid out exactly as compiled; the GIL is released.")
             .def("time_loop", &PyCompiledOp::time_loop, py::arg("inputs"), py::arg("output"),
