@@ -306,13 +306,17 @@ def tolerance(code: str, reduction: int) -> float:
     return EPS[code] + 8 * max(1, reduction) * EPS["f32"]
 
 
-def assert_close(got: Any, ref: Any, code: str, reduction: int, what: str = "") -> None:
-    """Assert ``got`` matches the float64 ``ref`` within :func:`tolerance` (same shape)."""
+def assert_close(got: Any, ref: Any, code: str, reduction: int, what: str = "",
+                 magnitude: Any = None) -> None:
+    """Assert ``got`` matches the float64 ``ref`` within :func:`tolerance` (same shape),
+    relative to ``max|ref|`` or, if given, to ``max|magnitude|``: the reference on the
+    inputs' absolute values (the sum of |products|, which bounds the accumulation error
+    where the products cancel)."""
     got64 = np.asarray(got, dtype=np.float64)
     ref64 = np.asarray(ref, dtype=np.float64)
     assert got64.shape == ref64.shape, f"{what}: shape {got64.shape} != reference {ref64.shape}"
     assert np.all(np.isfinite(got64)), f"{what}: non-finite values in the result"
-    scale = float(np.max(np.abs(ref64))) if ref64.size else 0.0
+    scale = float(np.max(np.abs(ref64 if magnitude is None else np.asarray(magnitude, np.float64)))) if ref64.size else 0.0
     np.testing.assert_allclose(
         got64, ref64, rtol=0, atol=tolerance(code, reduction) * scale, err_msg=what
     )
