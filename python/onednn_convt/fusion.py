@@ -92,7 +92,6 @@ class Core:
     prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None
 
 
-
 def make_core(op: ConvTranspose, lowering: Optional[ops.Lowering], src_shape: Sequence[int],
               w_shape: Sequence[int]) -> Core:
     """The :class:`Core` of a fused call whose plain op lowers to ``lowering`` (None: the
@@ -190,12 +189,13 @@ class FusedPlan:
         # out may be a binary post-op's tensor (ConvTranspose._check_aliasing): the library
         # writes it in place where it says it reads that input from the output's memory, else
         # reads a copy; where an f32 redo may need the tensor afterwards, it writes elsewhere
-        aliased = out is not None and any(np.may_share_memory(a, out) for a in args[2 + self.has_bias:])
+        shared = [] if out is None else [
+            i for i in range(2 + self.has_bias, len(args)) if np.may_share_memory(args[i], out)]
         result: np.ndarray
-        if out is not None and direct and not (aliased and self.finite_guard):
+        if out is not None and direct and not (shared and self.finite_guard):
             result = out
-            for i in range(2 + self.has_bias, len(args)):
-                if i not in self.compiled.inplace_inputs and np.may_share_memory(args[i], out):
+            for i in shared:
+                if i not in self.compiled.inplace_inputs:
                     args[i] = args[i].copy()
         else:
             result = np.empty(shape, compute)
@@ -261,15 +261,12 @@ def library_inputs(arrays: Sequence[Any], has_bias: bool, operand_shapes: Sequen
     flip, if any), the bias if given, each binary operand at dst's rank (a view); f32
     copies when emulated."""
     src, w, bias, *operands = arrays
-    head = [src, w] + ([bias] if has_bias else [])
+    args = [src, w] + ([bias] if has_bias else []) + [x.reshape(s) for x, s in zip(operands, operand_shapes)]
     if emulated:
-        head = [dtypes.to_f32(a) for a in head]
-    if prepare is not None:
-        head = prepare(head)
-    args = head + [x.reshape(s) for x, s in zip(operands, operand_shapes)]
-    if emulated:
-        return [dtypes.to_f32(a) for a in args]
-    return [_positive(a) for a in args]
+        args = [dtypes.to_f32(a) for a in args]
+    if prepare is not None:  # the weights, second: the rest passes through
+        args = prepare(args)
+    return args if emulated else [_positive(a) for a in args]
 
 
 def _weights_axis(weights_format: str, rank: int) -> int:
