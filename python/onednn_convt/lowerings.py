@@ -61,7 +61,9 @@ from . import shapes
 
 #: the dispatch ISA on which the rules below were measured (an AMD Zen4, 2 threads): on
 #: another ISA they still compute the same results (tests/test_isa_matrix.py checks every
-#: level), but which lowering is fastest there has not been measured; info() reports it
+#: level), but which lowering is fastest there has not been measured; info() reports it.
+#: The depthwise stride-1 forward rule alone was re-measured on a Sapphire Rapids CPU under
+#: every ONEDNN_MAX_CPU_ISA level (module docstring), where it disagrees with Zen4 in NCX
 RULES_MEASURED_ON = "avx512_core_bf16"
 
 CONVOLUTION = "Convolution"
