@@ -293,6 +293,20 @@ def _parse_value(attr: Attr, text: str, name: str) -> Any:
     return text
 
 
+def op_keywords(op: graph_json.GraphOp, spatial: int) -> dict[str, Any]:
+    """A graph op's attributes as the package op's keywords: ``groups`` as an int, per-dim
+    lists checked against ``spatial`` dims (:func:`_per_dim_value`)."""
+    attrs: dict[str, Any] = {}
+    for name, attr in op.attrs.items():
+        value = attr.value
+        if name == "groups" and isinstance(value, list):
+            value = value[0]
+        elif attr.type == "s64[]":
+            value = _per_dim_value(op.kind, name, value, spatial)
+        attrs[name] = value
+    return attrs
+
+
 def _per_dim_value(kind: str, name: str, value: list[int], spatial: int) -> Any:
     """A JSON list attribute as the op's keyword value.
 
@@ -462,15 +476,7 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
             )
 
     # attributes as the op's keywords
-    spatial = len(shape[op.inputs[0].id]) - 2
-    attrs: dict[str, Any] = {}
-    for name, attr in op.attrs.items():
-        value = attr.value
-        if name == "groups" and isinstance(value, list):
-            value = value[0]
-        elif attr.type == "s64[]":
-            value = _per_dim_value(op.kind, name, value, spatial)
-        attrs[name] = value
+    attrs = op_keywords(op, len(shape[op.inputs[0].id]) - 2)
     ws_values: Optional[tuple[int, ...]] = None
     input_shapes = [tuple(shape[t.id]) for t in op.inputs]
     if op.kind == "ConvTransposeBackwardWeights":

@@ -44,9 +44,9 @@ from .cases import (
     TensorSpec,
     _check_attrs,
     _parse_value,
-    _per_dim_value,
     apply_in_shapes,
     expected_output_shape,
+    op_keywords,
     stride_order,
 )
 from .graph_json import CONVT_KINDS, GRAPH_OP_KINDS, Attr, Graph, GraphOp, LogicalTensor
@@ -401,15 +401,7 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
         dst_q = _quantization(quantize, Quantize, dtype=dtype[final.id])
 
     # the ConvTranspose's keywords and the output shape
-    spatial = len(shape[src.tensor.id]) - 2
-    attrs: dict[str, Any] = {}
-    for name, attr in conv.attrs.items():
-        value = attr.value
-        if name == "groups" and isinstance(value, list):
-            value = value[0]
-        elif attr.type == "s64[]":
-            value = _per_dim_value(conv.kind, name, value, spatial)
-        attrs[name] = value
+    attrs = op_keywords(conv, len(shape[src.tensor.id]) - 2)
     try:
         out_shape: Optional[tuple[int, ...]] = expected_output_shape(
             conv.kind, attrs, [tuple(shape[src.tensor.id]), tuple(shape[weights.tensor.id])]

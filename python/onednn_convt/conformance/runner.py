@@ -174,6 +174,24 @@ def _last_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def _wrong_dtype_or_shape(
+    case: Case, got: np.ndarray, ref: np.ndarray, dtype: Any, details: dict[str, Any]
+) -> Optional[Result]:
+    """A FAILED result if ``got`` has another dtype than ``dtype`` or another shape than the
+    reference's (or the case's output spec shape); else None."""
+    spec = case.output.shape if case.output is not None else None
+    if got.dtype != dtype:
+        return Result(case, FAILED, f"result dtype {got.dtype}, expected {dtype}", details=details)
+    if got.shape != ref.shape or (spec is not None and got.shape != spec):
+        return Result(
+            case,
+            FAILED,
+            f"result shape {got.shape}, expected {ref.shape} (reference) / {spec} (spec shapes)",
+            details=details,
+        )
+    return None
+
+
 def _call_failed(case: Case, e: Exception) -> Result:
     """The result of a case whose op call raised ``e`` (call it in the except block: an
     ERROR carries the traceback)."""
@@ -254,15 +272,9 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
         return Result(
             case, FAILED, f"the op accepted a case the reference rejects: {e}", details=details
         )
-    if got.dtype != dtype:
-        return Result(case, FAILED, f"result dtype {got.dtype}, expected {dtype}", details=details)
-    if got.shape != ref.shape or (case.output.shape is not None and got.shape != case.output.shape):
-        return Result(
-            case,
-            FAILED,
-            f"result shape {got.shape}, expected {ref.shape} (reference) / {case.output.shape} (spec shapes)",
-            details=details,
-        )
+    wrong = _wrong_dtype_or_shape(case, got, ref, dtype, details)
+    if wrong is not None:
+        return wrong
     message = compare(got, ref, dtype)
     details["elements"] = int(got.size)
     details["nonzero_reference"] = int(np.count_nonzero(ref))
@@ -341,15 +353,9 @@ def _run_pattern(case: Case, strict_dtypes: bool) -> Result:
         )
     q = p.dst_quantize
     ref = pre if q is None else reference.quantize(pre, q.scales, q.zps, q.dtype, q.qtype, q.axis)  # type: ignore[arg-type]
-    if got.dtype != dtype:
-        return Result(case, FAILED, f"result dtype {got.dtype}, expected {dtype}", details=details)
-    if got.shape != ref.shape or (case.output.shape is not None and got.shape != case.output.shape):
-        return Result(
-            case,
-            FAILED,
-            f"result shape {got.shape}, expected {ref.shape} (reference) / {case.output.shape} (spec shapes)",
-            details=details,
-        )
+    wrong = _wrong_dtype_or_shape(case, got, ref, dtype, details)
+    if wrong is not None:
+        return wrong
     details["elements"] = int(got.size)
     details["nonzero_reference"] = int(np.count_nonzero(ref))
     if int8_out:
