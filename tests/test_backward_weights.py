@@ -7,7 +7,8 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
-from onednn_convt import lowerings, ops
+from onednn_convt import ops
+from onednn_convt.lowering import weights as lowering_weights
 
 OP = "ConvTransposeBackwardWeights"
 
@@ -121,7 +122,7 @@ def test_repository_case_deconv_bwd_w_json():
 
 
 #: problems on which oneDNN 3.2's bf16 backward-weights kernels returned wrong weights
-#: (uninitialized memory, zeros), found by a random scan (lowerings.backward_weights_needs_f32)
+#: (uninitialized memory, zeros), found by a random scan (lowering_weights.backward_weights_needs_f32)
 LIBRARY_BF16_WRONG = [
     # the first: found by test_fuzz (CI, hypothesis); group 0's taps came out 0 or garbage
     Config(src=(2, 1, 1), kernel=(2, 1, 1), n=1, ic=2, oc=2, groups=2, pads_begin=(1, 0, 0), pads_end=(1, 0, 0),
@@ -143,7 +144,7 @@ def test_bf16_where_the_library_is_wrong_is_computed_in_f32(cfg):
     """Every such problem has a spatial dim of src no longer than the dilated kernel: bf16
     runs in f32 there (even with strict=True, as a native kernel exists) and matches the
     reference on repeated calls (the library's wrong results varied from run to run)."""
-    assert lowerings.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations)
+    assert lowering_weights.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations)
     t = cfg.tensors(np.random.default_rng(0), "bf16")
     ref = cfg.ref_backward_weights(t["src"].astype(np.float64), t["diff_dst"].astype(np.float64))
     guarded = oc.guards.active(oc.guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC, "bf16")  # native bf16 here
@@ -166,7 +167,7 @@ def test_bf16_with_src_longer_than_the_kernel_stays_native():
     bf16 kernel where the CPU has one."""
     cfg = Config(src=(6, 5), kernel=(3, 2), n=2, ic=4, oc=6, groups=2, strides=2, pads_begin=1,
                  data_format="NXC", weights_format="XOI")
-    assert not lowerings.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations)
+    assert not lowering_weights.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations)
     t = cfg.tensors(np.random.default_rng(1), "bf16")
     op = make_op(cfg)
     got = op(t["src"], t["diff_dst"])

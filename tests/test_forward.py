@@ -23,7 +23,7 @@ def test_cases_match_reference(cfg, bias):
                     and all(d * (k - 1) >= max(b, e) for k, d, b, e in zip(cfg.kernel, cfg.dilations, *cfg.pads)))
     plain = cfg.groups == 1 and not bias
     expected = "Convolution" if depthwise_s1 else "ConvolutionBackwardData" if plain else "ConvTranspose"
-    assert op.lowering == expected  # onednn_convt.lowerings
+    assert op.lowering == expected  # onednn_convt.lowering.rules
     ref = cfg.ref_forward(t["src"], t["weights"], t["bias"] if bias else None)
     assert_close(got, ref, "f32", cfg.fwd_reduction, str(cfg))
 

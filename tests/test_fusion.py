@@ -124,7 +124,7 @@ def test_three_post_op_chain_with_broadcasts(code: str, data_format: str) -> Non
 @pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("data_format", ["NCX", "NXC"])
 def test_depthwise_stride_one_fuses_on_the_convolution(code: str, data_format: str) -> None:
-    """The plain op's Convolution over flipped weights heads the graph (lowerings): dilated,
+    """The plain op's Convolution over flipped weights heads the graph (lowering.forward): dilated,
     asymmetric pads, a full-shape and a per-channel operand; twice (the plan's second call)."""
     rng = np.random.default_rng(11)
     c, dt, fmt = 6, DTYPES[code], formats(data_format)

@@ -11,39 +11,40 @@ from test_backward_taps import loop_backward
 from test_numerics import call, classes, inputs_of, reference, with_non_finite
 
 import onednn_convt as oc
-from onednn_convt import lowerings
+from onednn_convt.lowering import base, rules
+from onednn_convt.lowering import weights as lowering_weights
 
 FWD, BWD_D, BWD_W = OPS
-CONV, CONV_BWD_W = lowerings.CONVOLUTION, lowerings.CONVOLUTION_BACKWARD_WEIGHTS
-CONV_BWD_D = lowerings.CONVOLUTION_BACKWARD_DATA
+CONV, CONV_BWD_W = base.CONVOLUTION, base.CONVOLUTION_BACKWARD_WEIGHTS
+CONV_BWD_D = base.CONVOLUTION_BACKWARD_DATA
 CONV_T, CONV_T_BWD_D, CONV_T_BWD_W = (
-    lowerings.CONV_TRANSPOSE, lowerings.CONV_TRANSPOSE_BACKWARD_DATA, lowerings.CONV_TRANSPOSE_BACKWARD_WEIGHTS,
+    base.CONV_TRANSPOSE, base.CONV_TRANSPOSE_BACKWARD_DATA, base.CONV_TRANSPOSE_BACKWARD_WEIGHTS,
 )
 
 
 def test_backward_data_rule():
-    assert lowerings.backward_data_kind([1], "NXC") == CONV_T_BWD_D  # 1-D: either format
-    assert lowerings.backward_data_kind([1], "NCX") == CONV_T_BWD_D
-    assert lowerings.backward_data_kind([1, 1], "NCX") == CONV_T_BWD_D
-    assert lowerings.backward_data_kind([1, 1, 1], "NCX") == CONV_T_BWD_D
-    assert lowerings.backward_data_kind([1, 1], "NXC") == CONV  # 2-D/3-D NXC: Convolution
-    assert lowerings.backward_data_kind([1, 1, 1], "NXC") == CONV
-    assert lowerings.backward_data_kind([2], "NXC") == CONV  # dilated: always Convolution (D9)
-    assert lowerings.backward_data_kind([1, 2], "NCX") == CONV
+    assert rules.backward_data_kind([1], "NXC") == CONV_T_BWD_D  # 1-D: either format
+    assert rules.backward_data_kind([1], "NCX") == CONV_T_BWD_D
+    assert rules.backward_data_kind([1, 1], "NCX") == CONV_T_BWD_D
+    assert rules.backward_data_kind([1, 1, 1], "NCX") == CONV_T_BWD_D
+    assert rules.backward_data_kind([1, 1], "NXC") == CONV  # 2-D/3-D NXC: Convolution
+    assert rules.backward_data_kind([1, 1, 1], "NXC") == CONV
+    assert rules.backward_data_kind([2], "NXC") == CONV  # dilated: always Convolution (D9)
+    assert rules.backward_data_kind([1, 2], "NCX") == CONV
 
 
 def test_backward_weights_rule():
-    assert lowerings.backward_weights_kind(2, "NXC") == CONV_BWD_W
-    assert lowerings.backward_weights_kind(3, "NXC") == CONV_BWD_W
-    assert lowerings.backward_weights_kind(1, "NXC") == CONV_T_BWD_W
-    assert lowerings.backward_weights_kind(2, "NCX") == CONV_T_BWD_W
+    assert rules.backward_weights_kind(2, "NXC") == CONV_BWD_W
+    assert rules.backward_weights_kind(3, "NXC") == CONV_BWD_W
+    assert rules.backward_weights_kind(1, "NXC") == CONV_T_BWD_W
+    assert rules.backward_weights_kind(2, "NCX") == CONV_T_BWD_W
 
 
 def test_forward_rule():
     k, s1, d1, p1 = (3, 3), (1, 1), (1, 1), (1, 1)
 
     def kind(*args: object, bias: bool = False) -> str:
-        return lowerings.forward_kind(*args, bias=bias)  # type: ignore[arg-type]
+        return rules.forward_kind(*args, bias=bias)  # type: ignore[arg-type]
 
     assert kind(k, s1, d1, p1, p1, 8, 8, 8) == CONV  # depthwise, stride 1 (either format)
     assert kind(k, s1, d1, p1, p1, 8, 8, 8, bias=True) == CONV
@@ -67,9 +68,9 @@ def test_convolution_weights_is_the_flipped_per_group_transpose(weights_format, 
     rng = np.random.default_rng(5)
     iox = rng.standard_normal((icg * groups, ocg, *kernel))
     w = iox if weights_format == "IOX" else iox.transpose(2, 3, 1, 0)
-    fresh = lowerings.convolution_weights(w, weights_format, groups)
+    fresh = lowering_weights.convolution_weights(w, weights_format, groups)
     buffer = np.full_like(fresh, np.nan)
-    got = lowerings.convolution_weights(w, weights_format, groups, buffer)  # written into buffer
+    got = lowering_weights.convolution_weights(w, weights_format, groups, buffer)  # written into buffer
     assert got is buffer
     np.testing.assert_array_equal(got, fresh)
     oix = got if weights_format == "IOX" else got.transpose(3, 2, 0, 1)

@@ -1,5 +1,5 @@
 """bf16 BackwardWeights as a MatMul over frames of diff_dst, where the library's bf16
-kernels are wrong (:mod:`onednn_convt.matmul_backward_weights`; the guard
+kernels are wrong (:mod:`onednn_convt.lowering.matmul_backward_weights`; the guard
 ``bf16_backward_weights_short_src``). f16 never takes it: its kernels were right on the same
 problems (unguarded scans, AVX512_CORE_FP16 and AMX), and elsewhere f16 is computed in f32.
 
@@ -16,8 +16,8 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from helpers import Config, assert_close, random_config
-from onednn_convt import lowerings
-from onednn_convt import matmul_backward_weights as mbw
+from onednn_convt.lowering import matmul_backward_weights as mbw
+from onednn_convt.lowering import weights as lowering_weights
 
 OP = "ConvTransposeBackwardWeights"
 LOW = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
@@ -33,7 +33,7 @@ def ruled_out_configs(count: int, seed: int) -> list[Config]:
     while len(found) < count:
         cfg = random_config(rng)
         cfg = cfg.with_(groups=1, ic=cfg.ic // cfg.groups or 1, oc=cfg.oc // cfg.groups or 1)
-        if cfg.valid and lowerings.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations):
+        if cfg.valid and lowering_weights.backward_weights_needs_f32(cfg.src, cfg.kernel, cfg.dilations):
             found.append(cfg)
     return found
 

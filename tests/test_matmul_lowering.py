@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import onednn_convt as oc
-from onednn_convt import accuracy, matmul_lowering, reference
+from onednn_convt import accuracy, reference
+from onednn_convt.lowering import matmul_lowering
 
 
 @pytest.mark.parametrize("data_format", ["NCX", "NXC"])

@@ -5,7 +5,8 @@ classes (attributes at construction, inputs at call) and functions, plus the leg
 ``ConvTransposeBackpropFilters``; ``ConvTranspose(post_ops=[PostOp("ReLU"), ...])`` fuses bias and post-ops into one
 library partition, and with ``src_dequantize``/``weights_dequantize``/``dst_quantize`` runs
 int8; ``op.with_constant_weights(w)`` gives a ``ConstantWeights``
-callable whose weights the library reorders once; ``reference`` is an independent NumPy
+callable whose weights the library reorders once; ``set_autotune(True)`` times the
+lowerings of each new signature and keeps the fastest (cached across processes); ``reference`` is an independent NumPy
 float64 oracle.
 """
 
@@ -37,6 +38,9 @@ from .functional import (
 from .info import cache_info, clear_cache, info, set_cache_capacity
 from .legacy import ConvTransposeBackpropFilters
 from .limits import debug_fill, memory_limit, set_debug_fill, set_memory_limit
+from .lowering.autotune import enabled as autotune_enabled
+from .lowering.autotune import set_autotune
+from .lowering.tuning_cache import clear as clear_tuning_cache
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
 from .post_ops import Dequantize, PostOp, Quantize
 
@@ -54,8 +58,10 @@ __all__ = [
     "PostOp",
     "Quantize",
     "UnsupportedError",
+    "autotune_enabled",
     "cache_info",
     "clear_cache",
+    "clear_tuning_cache",
     "conv_transpose",
     "conv_transpose_backward_data",
     "conv_transpose_backward_weights",
@@ -63,6 +69,7 @@ __all__ = [
     "info",
     "memory_limit",
     "reference",
+    "set_autotune",
     "set_cache_capacity",
     "set_debug_fill",
     "set_memory_limit",

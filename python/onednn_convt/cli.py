@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "bench": ("onednn_convt.bench.cli", "time the ops against the native loop, PyTorch and the reference"),
     "demo": ("onednn_convt.demo", "run each op in each dtype on a DCGAN layer, checked"),
     "info": ("onednn_convt.info", "oneDNN version, CPU, threads and dtype support"),
+    "tune": ("onednn_convt.tune", "autotune a suite or your layers ahead of time (cached across processes)"),
 }
 
 

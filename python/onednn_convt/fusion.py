@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import numpy as np
 
 # ops imports this module: its names are used at call time only
-from . import _core, dtypes, guards, limits, lowerings, ops, reference, schema, shapes
+from . import _core, dtypes, guards, limits, ops, reference, schema, shapes
+from .lowering import base as lowerings
 from .errors import UnsupportedError
 from .post_ops import INT8_DTYPES, Dequantize, PostOp, Quantize, as_post_ops
 
@@ -75,7 +76,7 @@ class Core:
     """The library op that computes a fused call's ConvTranspose, at the head of its graph.
 
     The library's ``ConvTranspose``; or, where the plain op runs as a forward
-    ``Convolution`` over flipped weights (depthwise, stride 1: :mod:`onednn_convt.lowerings`),
+    ``Convolution`` over flipped weights (depthwise, stride 1: :mod:`onednn_convt.lowering.forward`),
     that Convolution, whose kernels keep their speed with post-ops fused where the library's
     deconvolution kernel loses it (10x and more on the models suite's depthwise layer).
 
@@ -92,7 +93,7 @@ class Core:
     prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None
 
 
-def make_core(op: ConvTranspose, lowering: Optional[ops.Lowering], src_shape: Sequence[int],
+def make_core(op: ConvTranspose, lowering: Optional[lowerings.Lowering], src_shape: Sequence[int],
               w_shape: Sequence[int]) -> Core:
     """The :class:`Core` of a fused call whose plain op lowers to ``lowering`` (None: the
     library's ConvTranspose)."""
@@ -314,7 +315,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     if out is not None:  # the plain op's checks: type, dtype, shape, writable, strides, aliasing
         op._check_out(arrays, out, out_shape, out_dtype)
     # the plain op's limits: oneDNN's 32-bit shape range, the memory limit
-    conv = ops.Lowering("ConvTranspose", op._convtranspose_attrs(src.shape, w.shape),
+    conv = lowerings.Lowering("ConvTranspose", op._convtranspose_attrs(src.shape, w.shape),
                     (0, 1) if bias is None else (0, 1, 2), out_shape, weights_arg=1)
     limits.check_plan(name, conv, arrays[:3], None, F32 if f.int8 else dtypes.FLOAT_DTYPES[code],
                       emulated=code != "f32")

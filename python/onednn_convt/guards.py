@@ -76,7 +76,7 @@ AMX_STRIDE_NOT_BELOW_KERNEL = Guard(
     route=(
         "BackwardData whose guarded dims have kernel 1 and no pads_begin: every s-th row of "
         "diff_dst with stride 1 there (native); where the taps tile the output (stride = "
-        "kernel, no pads, groups 1): one MatMul (matmul_tiles); else BackwardData: a "
+        "kernel, no pads, groups 1): one MatMul (lowering.matmul_tiles); else BackwardData: a "
         "Convolution over the weights with zero taps "
         "appended (kernel s + 1 along those dims, pads_end grown to match), native, where that "
         "costs at most 2.5x the multiply-adds; else f32"

@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _core, dtypes, guards, lowerings
+from . import _core, dtypes, guards
+from .lowering import autotune, rules, tuning_cache
 from .errors import UnsupportedError
 
 _RUNTIMES = {1: "sequential", 2: "OpenMP", 4: "TBB", 8: "threadpool"}
@@ -63,7 +64,8 @@ def info() -> dict[str, Any]:
     """oneDNN version and commit, library path, CPU runtime, the ISA oneDNN dispatches to
     (``ONEDNN_MAX_CPU_ISA`` honoured), threads, dtype support, the guards active on that ISA
     (:mod:`onednn_convt.guards`), the ISA the lowering rules were measured on
-    (:mod:`onednn_convt.lowerings`) and the compile cache counters."""
+    (:mod:`onednn_convt.lowering.rules`), whether autotuning is on and where its choices are
+    kept (:mod:`onednn_convt.lowering.autotune`) and the compile cache counters."""
     from . import LIBDNNL_PATH
 
     v = _core.version()
@@ -76,7 +78,8 @@ def info() -> dict[str, Any]:
         "threads": omp_max_threads(),
         "dtypes": dtype_support(),
         "guards": guards.report(),
-        "rules_measured_on": lowerings.RULES_MEASURED_ON,
+        "rules_measured_on": rules.RULES_MEASURED_ON,
+        "autotune": {"enabled": autotune.enabled(), "cache_file": str(tuning_cache.path())},
         "cache": cache_info(),
     }
 

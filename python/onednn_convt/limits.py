@@ -34,7 +34,7 @@ import numpy as np
 from . import shapes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ops import Lowering
+    from .lowering.base import Lowering
 
 #: Largest value oneDNN's 32-bit shape arithmetic holds.
 INT32_MAX = 2**31 - 1

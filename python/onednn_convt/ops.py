@@ -13,27 +13,16 @@ Layouts: activations are NXC (default) or NCX by ``data_format``; weights are XO
 from __future__ import annotations
 
 import math
-import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Sequence, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import (
-    _core,
-    dtypes,
-    fusion,
-    guards,
-    interop,
-    limits,
-    lowerings,
-    matmul_backward_weights,
-    matmul_lowering,
-    matmul_tiles,
-    schema,
-    shapes,
-)
+from . import _core, dtypes, fusion, interop, limits, lowering, schema, shapes
+from .lowering import autotune
+from .lowering.base import Lowering
+from .problem import Geometry, Problem
 from .constant_weights import ConstantWeights
 from .interop import Array
 from .errors import UnsupportedError
@@ -42,62 +31,6 @@ from .schema import IntList
 
 #: (library op kind, dtype code) -> whether the library compiles it natively here.
 _NATIVE: dict[tuple[str, str], bool] = {}
-
-@dataclass
-class Lowering:
-    """How one call maps onto a library op.
-
-    Attributes:
-        kind: library op kind that runs (``"ConvolutionBackwardData"``, ``"Convolution"`` or
-            ``"ConvTranspose"`` for the forward; ``"Convolution"`` or
-            ``"ConvTransposeBackwardData"`` for BackwardData, spec D9; see
-            :mod:`onednn_convt.lowerings`; ``"MatMul"`` for
-            large 1-D kernels, forward and BackwardData, see
-            :mod:`onednn_convt.matmul_lowering`, and for bf16/f16 BackwardWeights where the
-            library's kernels are wrong, :mod:`onednn_convt.matmul_backward_weights`).
-        attrs: library attributes, fully resolved (explicit pads, auto_pad ``"None"``).
-        inputs: indices of the call's inputs passed to the library, in its order.
-        out_shape: shape of the result.
-        prepare: optional; turns those inputs into the library's inputs (views or copies).
-        finish: optional; turns the library's output (of ``library_shape``) and the call's
-            inputs into the result, in f32 (rounded afterwards) or, when it only reshapes
-            the library's output, in the call's dtype.
-        library_shape: shape of the library's output when ``finish`` is set.
-        prepared_elems: elements ``prepare`` allocates (copies it makes; the memory estimate
-            counts them in the compute dtype).
-        weights_arg: position, among the library's inputs, of the weights (or of the array
-            made from the weights alone); None for an op without a weights input. Ops with
-            constant weights mark that input constant (:mod:`onednn_convt.constant_weights`).
-        f32_only: compute bf16/f16 in f32 even where the CPU has native kernels, because
-            the library's are wrong on this problem
-            (:func:`onednn_convt.lowerings.backward_weights_needs_f32`).
-        guard: the name of the guard (:mod:`onednn_convt.guards`) that chose this lowering
-            to keep the problem away from a known-bad kernel, else None.
-        exact: optional; the lowering that recomputes a native bf16/f16 call in f32 when its
-            result holds an Inf or NaN (see ``_Plan._guarded``), where this one cannot
-            (zero-padded taps turn an Inf input into NaN). None: this lowering.
-    """
-
-    kind: str
-    attrs: dict[str, Any]
-    inputs: tuple[int, ...]
-    out_shape: tuple[int, ...]
-    prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None
-    finish: Optional[Callable[[np.ndarray, Sequence[Any]], np.ndarray]] = None
-    library_shape: tuple[int, ...] = ()
-    prepared_elems: int = 0
-    weights_arg: Optional[int] = None
-    f32_only: bool = False
-    guard: Optional[str] = None
-    exact: Optional[Lowering] = None
-
-    def library_args(self, arrays: Sequence[Any], emulated: bool) -> list[np.ndarray]:
-        """The arrays handed to the library (emulated: f32 copies of the inputs first)."""
-        args = [arrays[i] for i in self.inputs]
-        if emulated:
-            args = [dtypes.to_f32(a) for a in args]
-        return self.prepare(args) if self.prepare is not None else args
-
 
 @dataclass
 class _Plan:
@@ -115,6 +48,8 @@ class _Plan:
     #: holds an Inf or NaN (see _guarded)
     make_fallback: Optional[Callable[[Sequence[Any]], _Plan]] = None
     fallback: Optional[_Plan] = None
+    #: how autotuning chose the lowering (None: the rules chose it)
+    tuning: Optional[autotune.Tuning] = None
 
     @property
     def direct(self) -> bool:
@@ -239,13 +174,25 @@ class _Op:
 
     @property
     def lowering(self) -> Optional[str]:
-        """How the last call ran: the library op kind, and ``" (f32 emulation)"`` when a
-        bf16/f16 call ran in f32. None before the first call. A fused ConvTranspose's says
-        its graph and ``"1 fused partition"``, or how it ran where the library did not fuse it."""
+        """How the last call ran: the library op kind, ``" (f32 emulation)"`` when a
+        bf16/f16 call ran in f32, and ``" (tuned: <lowering>)"`` when autotuning chose it
+        (:mod:`onednn_convt.lowering.autotune`; the name tells lowerings of one kind apart).
+        None before the first call. A fused ConvTranspose's says its graph and ``"1 fused
+        partition"``, or how it ran where the library did not fuse it."""
         plan = self.last_plan
         if plan is None:
             return None
-        return str(plan.lowering.kind) + (" (f32 emulation)" if plan.emulated else "")
+        text = str(plan.lowering.kind) + (" (f32 emulation)" if plan.emulated else "")
+        tuning = getattr(plan, "tuning", None)
+        return text if tuning is None else f"{text} (tuned: {tuning.name})"
+
+    @property
+    def tuning(self) -> Optional[autotune.Tuning]:
+        """How autotuning chose the last call's lowering: the candidates' times, whether
+        they came from the cache. None when the rules chose it (autotuning off, or a fused
+        call), and before the first call."""
+        plan = self.last_plan
+        return None if plan is None else getattr(plan, "tuning", None)
 
     @property
     def partitions(self) -> Optional[int]:
@@ -342,7 +289,20 @@ class _Op:
     # -- planning -------------------------------------------------------------------------
     def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> _Plan:
         code = self._check_dtypes(arrays)
-        lowering = self._lower(arrays)
+        problem = self._problem(arrays, code)
+        tuned = autotune.choice(self, problem) if autotune.enabled() else None
+        chosen = lowering.build(problem, tuned.name if tuned is not None else lowering.rule(problem))
+        plan = self._plan_for(chosen, arrays, out, code)
+        plan.tuning = tuned
+        return plan
+
+    def _lower(self, arrays: Sequence[Any]) -> Lowering:
+        """The rules' lowering of a call (checked as a call is; for fused calls' core)."""
+        problem = self._problem(arrays, dtypes.code_of(arrays[0].dtype) or "")
+        return lowering.build(problem, lowering.rule(problem))
+
+    def _plan_for(self, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> _Plan:
+        """Compile ``lowering`` for these arrays: natively where the library can, else in f32."""
         for shape in (lowering.out_shape, lowering.library_shape):
             if math.prod(shape) * 4 > np.iinfo(np.intp).max:  # f32, the widest computed dtype
                 msg = f"{self.op_name}: {self.output_name} would have shape {lowering.out_shape}, too large to address"
@@ -477,17 +437,15 @@ class _Op:
             msg = f"{self.op_name}: argument '{name}' expected no empty dimension, got shape {a.shape}"
             raise ValueError(msg)
 
-    def _geometry(
-        self, spatial: int, kernel: Sequence[int]
-    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """(strides, dilations, pads_begin, pads_end) per spatial dim, auto_pad resolved."""
+    def _geometry(self, spatial: int, kernel: Sequence[int]) -> Geometry:
+        """Strides, dilations and pads per spatial dim, auto_pad resolved."""
         a, op = self.attrs, self.op_name
         s = schema.per_dim(op, "strides", a["strides"], spatial)
         d = schema.per_dim(op, "dilations", a["dilations"], spatial)
         pb = schema.per_dim(op, "pads_begin", a["pads_begin"], spatial)
         pe = schema.per_dim(op, "pads_end", a["pads_end"], spatial)
         pb, pe = shapes.resolve_pads(kernel, s, d, a["auto_pad"], pb, pe)
-        return s, d, pb, pe
+        return Geometry(tuple(s), tuple(d), tuple(pb), tuple(pe))
 
     def _check_channels(self, ic: int, i: int, oc: int, o: int, ic_name: str, oc_name: str, w_name: str) -> None:
         g, op = self.attrs["groups"], self.op_name
@@ -507,7 +465,7 @@ class _Op:
         src_name: str, dst_name: str,
     ) -> None:
         """dst must be the forward size of src plus an output_padding in [0, stride)."""
-        s, d, pb, pe = geometry
+        s, d, pb, pe = geometry.astuple()
         given = self.attrs["output_padding"]
         op_list = None if given is None else schema.per_dim(self.op_name, "output_padding", given, len(s))
         for i, (x, y, k) in enumerate(zip(src, dst, kernel)):
@@ -521,16 +479,8 @@ class _Op:
                 )
                 raise ValueError(msg)
 
-    def _library_attrs(self, geometry: Any, weights_format: Optional[str] = None) -> dict[str, Any]:
-        s, d, pb, pe = geometry
-        a = self.attrs
-        return {
-            "strides": list(s), "dilations": list(d), "pads_begin": list(pb), "pads_end": list(pe),
-            "auto_pad": "None", "groups": a["groups"], "data_format": a["data_format"],
-            "weights_format": weights_format or a["weights_format"],
-        }
-
-    def _lower(self, arrays: Sequence[Any]) -> Lowering:
+    def _problem(self, arrays: Sequence[Any], code: str) -> Problem:
+        """Check a call's arrays against the attributes and describe it (dtype ``code``)."""
         raise NotImplementedError
 
 
@@ -679,13 +629,11 @@ class ConvTranspose(_WeightsOp):
         """The library ConvTranspose's attributes for these (checked) shapes."""
         xs = shapes.split_activation(src_shape, self.attrs["data_format"])[2]
         kernel = shapes.split_weights(w_shape, self.attrs["weights_format"])[2]
-        geometry = self._geometry(len(xs), kernel)
-        attrs = self._library_attrs(geometry)
-        attrs["output_padding"] = list(schema.per_dim(self.op_name, "output_padding", self.attrs["output_padding"], len(xs)))
-        return attrs
+        op = schema.per_dim(self.op_name, "output_padding", self.attrs["output_padding"], len(xs))
+        return lowering.build(self._sized_problem(src_shape, w_shape, xs, kernel, tuple(op)), "ConvTranspose").attrs
 
-    def _lower(self, arrays: Sequence[Any]) -> Lowering:
-        src, w, bias = arrays
+    def _problem(self, arrays: Sequence[Any], code: str) -> Problem:
+        src, w, bias = arrays[:3]
         a = self.attrs
         self._check_rank("src", src)
         self._check_rank("weights", w, src.ndim)
@@ -693,58 +641,37 @@ class ConvTranspose(_WeightsOp):
         i, o, kernel = shapes.split_weights(w.shape, a["weights_format"])
         g = a["groups"]
         self._check_channels(ic, i, o * g, o, "src", "dst", "weights")
-        geometry = self._geometry(len(xs), kernel)
-        s = geometry[0]
+        s = self._geometry(len(xs), kernel).strides
         op = schema.per_dim(self.op_name, "output_padding", a["output_padding"], len(xs))
         for dim, (p, st) in enumerate(zip(op, s)):
             if p >= st:
                 msg = f"{self.op_name}: attribute 'output_padding' expected < stride, got {p} >= {st} in spatial dim {dim}"
                 raise ValueError(msg)
-        ys = shapes.conv_transpose_output(xs, kernel, *geometry, op)
-        if min(ys) < 1:
-            msg = f"{self.op_name}: dst spatial size would be {ys}; pads crop more than the output"
-            raise ValueError(msg)
         if bias is not None and (bias.ndim != 1 or bias.shape[0] != o * g):
             msg = f"{self.op_name}: argument 'bias' expected shape ({o * g},), got {bias.shape}"
             raise ValueError(msg)
-        out_shape = shapes.join_activation(n, o * g, ys, a["data_format"])
-        if matmul_lowering.applies(kernel, g, geometry[1]):
-            parts = matmul_lowering.conv_transpose(
-                src.shape, kernel[0], s[0], geometry[2][0], ys[0], o, a["data_format"], a["weights_format"]
-            )
-            return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
-        inputs = (0, 1) if bias is None else (0, 1, 2)
-        kind = lowerings.forward_kind(kernel, *geometry, g, ic, o * g, bias=bias is not None)
-        if kind == lowerings.CONVOLUTION:
-            # depthwise, stride 1: a Convolution over flipped weights (stride 1: no output_padding)
-            conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
-            attrs = self._library_attrs(geometry, conv_format)
-            attrs["pads_begin"], attrs["pads_end"] = lowerings.convolution_pads(kernel, geometry[1], geometry[2], geometry[3])
-            wf = a["weights_format"]
-            buffers = threading.local()  # the flipped weights, one array per thread: reused
+        shapes_in = (src.shape, w.shape) + (() if bias is None else (bias.shape,))
+        return self._sized_problem(src.shape, w.shape, xs, kernel, tuple(op), code, shapes_in)
 
-            def flip_weights(args: list[np.ndarray]) -> list[np.ndarray]:
-                buffers.w = lowerings.convolution_weights(args[1], wf, g, getattr(buffers, "w", None))
-                return [args[0], buffers.w, *args[2:]]
-
-            return Lowering(
-                "Convolution", attrs, inputs, out_shape, prepare=flip_weights, prepared_elems=w.size, weights_arg=1
-            )
-        # oneDNN's AMX backward-data kernel, which both library lowerings below run, fails
-        # here: where the taps tile the output, a MatMul over them; else f32
-        guarded = bool(guards.stride_not_below_kernel(dtypes.code_of(src.dtype) or "", kernel, s))
-        guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name if guarded else None
-        if guarded and matmul_tiles.applies(kernel, *geometry, g, op):
-            parts = matmul_tiles.conv_transpose(src.shape, kernel, o, a["data_format"], a["weights_format"])
-            return Lowering("MatMul", inputs=inputs, out_shape=out_shape, guard=guard, **parts)
-        if kind == lowerings.CONVOLUTION_BACKWARD_DATA:
-            # the backward-data of the convolution this op transposes, on the same weights memory
-            attrs = self._library_attrs(geometry, "OIX" if a["weights_format"] == "IOX" else "XIO")
-            attrs["dst_shape"] = list(out_shape)
-        else:
-            attrs = self._library_attrs(geometry)
-            attrs["output_padding"] = list(op)
-        return Lowering(kind, attrs, inputs, out_shape, weights_arg=1, f32_only=guarded, guard=guard)
+    def _sized_problem(
+        self, src_shape: Sequence[int], w_shape: Sequence[int], xs: tuple[int, ...], kernel: tuple[int, ...],
+        op: tuple[int, ...], code: str = "", input_shapes: tuple[tuple[int, ...], ...] = (),
+    ) -> Problem:
+        """The Problem of a forward call whose ranks, channels and output_padding are checked."""
+        a = self.attrs
+        n, ic, _ = shapes.split_activation(src_shape, a["data_format"])
+        _, o, _ = shapes.split_weights(w_shape, a["weights_format"])
+        g = a["groups"]
+        geometry = self._geometry(len(xs), kernel)
+        ys = shapes.conv_transpose_output(xs, kernel, *geometry.astuple(), op)
+        if min(ys) < 1:
+            msg = f"{self.op_name}: dst spatial size would be {ys}; pads crop more than the output"
+            raise ValueError(msg)
+        return Problem(
+            self.op_name, code, a["data_format"], a["weights_format"], g, n, ic, o * g, xs, tuple(ys), kernel,
+            geometry, op, len(input_shapes) > 2, input_shapes or (tuple(src_shape), tuple(w_shape)),
+            shapes.join_activation(n, o * g, ys, a["data_format"]),
+        )
 
 
 class ConvTransposeBackwardData(_WeightsOp):
@@ -754,7 +681,7 @@ class ConvTransposeBackwardData(_WeightsOp):
     Per spatial dim, diff_src = floor((diff_dst + pads_begin + pads_end - dilation*(k-1)-1) /
     stride) + 1. Runs as the library's Convolution op over the same weights memory, which
     handles dilations correctly (spec D9), or, without dilation in 1-D or NCX, as the
-    library's ConvTransposeBackwardData, which is faster there (:mod:`onednn_convt.lowerings`).
+    library's ConvTransposeBackwardData, which is faster there (:mod:`onednn_convt.lowering.rules`).
     ``output_padding``, if given, is the forward's and is checked against the shapes only (D6).
 """
         + _ATTR_DOC
@@ -794,7 +721,7 @@ class ConvTransposeBackwardData(_WeightsOp):
         """
         return self._call((diff_dst, weights), out)
 
-    def _lower(self, arrays: Sequence[Any]) -> Lowering:
+    def _problem(self, arrays: Sequence[Any], code: str) -> Problem:
         dd, w = arrays
         a = self.attrs
         self._check_rank("diff_dst", dd)
@@ -807,94 +734,14 @@ class ConvTransposeBackwardData(_WeightsOp):
             raise ValueError(msg)
         self._check_channels(i, i, oc, o, "diff_src", "diff_dst", "weights")
         geometry = self._geometry(len(ys), kernel)
-        xs = shapes.backward_data_output(ys, kernel, *geometry)
+        xs = shapes.backward_data_output(ys, kernel, *geometry.astuple())
         if min(xs) < 1:
             msg = f"{self.op_name}: diff_src spatial size would be {xs}; diff_dst {ys} is too small for the kernel and pads"
             raise ValueError(msg)
         self._check_forward_extent(xs, ys, kernel, geometry, "diff_src", "diff_dst")
-        out_shape = shapes.join_activation(n, i, xs, a["data_format"])
-        if matmul_lowering.applies_backward_data(
-            kernel, g, geometry[1], geometry[0], oc=oc, f32=dd.dtype == np.float32,
-            data_format=a["data_format"], weights_format=a["weights_format"],
-        ):
-            parts = matmul_lowering.conv_transpose_backward_data(
-                dd.shape, kernel[0], geometry[0][0], geometry[2][0], xs[0], i, a["data_format"], a["weights_format"]
-            )
-            return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, **parts)
-        conv_format = "OIX" if a["weights_format"] == "IOX" else "XIO"
-        code = dtypes.code_of(dd.dtype) or ""
-        if guards.padding_only_outputs(code, xs, ys, kernel, *geometry[:3]):  # the AMX kernel crashes
-            return self._guarded_convolution(guards.AMX_PADDING_ONLY_OUTPUTS, geometry, conv_format, out_shape)
-        dims = guards.stride_not_below_kernel(code, kernel, geometry[0])
-        if dims:  # both library lowerings below reach the AMX kernels that fail here
-            if all(kernel[d] == 1 and geometry[2][d] == 0 for d in dims):
-                return self._subsampled_lowering(dims, geometry, conv_format, out_shape, xs, dd.shape)
-            if matmul_tiles.applies(kernel, *geometry, g) and all(y == x * k for x, y, k in zip(xs, ys, kernel)):
-                parts = matmul_tiles.conv_transpose_backward_data(dd.shape, kernel, i, a["data_format"], a["weights_format"])
-                guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
-                return Lowering("MatMul", inputs=(0, 1), out_shape=out_shape, guard=guard, **parts)
-            grown = lowerings.padded_kernel(kernel, geometry[0], dims)
-            return self._guarded_convolution(
-                guards.AMX_STRIDE_NOT_BELOW_KERNEL, geometry, conv_format, out_shape, kernel, grown, i * o
-            )
-        return self._unguarded_lowering(geometry, conv_format, out_shape)
-
-    def _unguarded_lowering(self, geometry: Any, conv_format: str, out_shape: tuple[int, ...]) -> Lowering:
-        """The library op the rules pick (:func:`lowerings.backward_data_kind`)."""
-        kind = lowerings.backward_data_kind(geometry[1], self.attrs["data_format"])
-        if kind == lowerings.CONV_TRANSPOSE_BACKWARD_DATA:  # no dilation, where it is faster
-            attrs = self._library_attrs(geometry)
-            return Lowering(kind, attrs, (0, 1), out_shape, weights_arg=1)
-        attrs = self._library_attrs(geometry, conv_format)
-        return Lowering("Convolution", attrs, (0, 1), out_shape, weights_arg=1)
-
-    def _subsampled_lowering(
-        self, dims: tuple[int, ...], geometry: Any, conv_format: str, out_shape: tuple[int, ...],
-        xs: tuple[int, ...], dd_shape: tuple[int, ...],
-    ) -> Lowering:
-        """BackwardData whose guarded dims all have kernel 1 and no pads_begin: output ``i``
-        reads diff_dst row ``s*i`` alone, so the op over every ``s``-th row (the first ``x``
-        of them, copied compactly) with stride 1 there is the same: native kernels, as
-        stride 1 is outside :data:`guards.AMX_STRIDE_NOT_BELOW_KERNEL`."""
-        s, d, pb, pe = (list(v) for v in geometry)
-        offset = 2 if self.attrs["data_format"] == "NCX" else 1
-        index: list[Any] = [slice(None)] * len(out_shape)
-        for i in dims:
-            index[offset + i] = slice(0, s[i] * (xs[i] - 1) + 1, s[i])
-            s[i], pe[i] = 1, 0
-        rows = tuple(index)
-
-        def subsample(args: list[np.ndarray]) -> list[np.ndarray]:
-            # a compact copy (oneDNN cannot describe the view's strides; NumPy copies bf16
-            # element by element, its same-size integers in bulk)
-            dd = args[0]
-            return [np.ascontiguousarray(dd.view(f"u{dd.itemsize}")[rows]).view(dd.dtype), args[1]]
-
-        low = self._unguarded_lowering((tuple(s), tuple(d), tuple(pb), tuple(pe)), conv_format, out_shape)
-        copied = list(dd_shape)
-        for i in dims:
-            copied[offset + i] = xs[i]
-        return replace(
-            low, prepare=subsample, prepared_elems=math.prod(copied), guard=guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
-        )
-
-    def _guarded_convolution(
-        self, guard: guards.Guard, geometry: Any, conv_format: str, out_shape: tuple[int, ...],
-        kernel: tuple[int, ...] = (), grown: Optional[tuple[int, ...]] = None, channels: int = 0,
-    ) -> Lowering:
-        """BackwardData kept away from a known-bad kernel by ``guard``: the Convolution over
-        weights grown with zero taps from ``kernel`` to ``grown`` (native: each stride then is
-        below its kernel), or, without ``grown``, the Convolution in f32."""
-        plain = replace(self._unguarded_lowering(geometry, conv_format, out_shape), f32_only=True, guard=guard.name)
-        if grown is None:
-            return plain
-        s, d, pb, pe = geometry
-        pe = tuple(e + di * (g - k) for e, di, g, k in zip(pe, d, grown, kernel))
-        pad = lowerings.zero_padded_weights(conv_format, kernel, grown)
-        return Lowering(
-            "Convolution", self._library_attrs((s, d, pb, pe), conv_format), (0, 1), out_shape,
-            prepare=lambda args: [args[0], pad(args[1])], prepared_elems=math.prod(grown) * channels,
-            weights_arg=1, guard=guard.name, exact=plain,
+        return Problem(
+            self.op_name, code, a["data_format"], a["weights_format"], g, n, i, oc, tuple(xs), ys, kernel, geometry,
+            (0,) * len(ys), False, (dd.shape, w.shape), shapes.join_activation(n, i, xs, a["data_format"]),
         )
 
 
@@ -976,7 +823,7 @@ class ConvTransposeBackwardWeights(_Op):
             raise ValueError(msg)
         return shape
 
-    def _lower(self, arrays: Sequence[Any]) -> Lowering:
+    def _problem(self, arrays: Sequence[Any], code: str) -> Problem:
         src, dd, ws = arrays
         a = self.attrs
         self._check_rank("src", src)
@@ -991,33 +838,10 @@ class ConvTransposeBackwardWeights(_Op):
         self._check_channels(ic, i, oc, o, "src", "diff_dst", "weights_shape")
         geometry = self._geometry(len(xs), kernel)
         self._check_forward_extent(xs, ys, kernel, geometry, "src", "diff_dst")
-        kind = lowerings.backward_weights_kind(len(xs), a["data_format"])
-        code = dtypes.code_of(src.dtype) or ""
-        f32_only = guards.active(guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC, code) and (
-            lowerings.backward_weights_needs_f32(xs, kernel, geometry[1])
+        return Problem(
+            self.op_name, code, a["data_format"], a["weights_format"], a["groups"], n, ic, oc, xs, ys, kernel,
+            geometry, (0,) * len(xs), False, (src.shape, dd.shape), tuple(wshape),
         )
-        guard = guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC.name if f32_only else None
-        if kind == lowerings.CONVOLUTION_BACKWARD_WEIGHTS:
-            # the convolution from diff_dst to src (D9) has the same weights memory: OIX/XIO
-            attrs = self._library_attrs(geometry, "OIX" if a["weights_format"] == "IOX" else "XIO")
-            attrs["weights_shape"] = list(wshape)
-            library = Lowering(kind, attrs, (1, 0), wshape, f32_only=f32_only, guard=guard)
-        else:
-            attrs = self._library_attrs(geometry)
-            attrs["weights_shape"] = list(wshape)
-            library = Lowering(kind, attrs, (0, 1), wshape, f32_only=f32_only, guard=guard)
-        if not (f32_only and matmul_backward_weights.applies(src.shape, dd.shape, kernel, a["groups"], a["data_format"])):
-            return library
-
-        def exact(arrays: Sequence[Any]) -> np.ndarray:
-            """The call computed by the library's f32 kernel, in f32."""
-            f32 = [dtypes.to_f32(x) for x in arrays[:2]]
-            return _Op._compile(library, f32, None, np.dtype(np.float32), "f32", emulated=False).run(f32, None)
-
-        parts = matmul_backward_weights.backward_weights(
-            src.shape, dd.shape, wshape, kernel, geometry, a["data_format"], a["weights_format"], exact
-        )
-        return Lowering("MatMul", inputs=(0, 1), out_shape=wshape, guard=guard, **parts)
 
 
 def native_support(kind: str, code: str) -> Optional[bool]:

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import dtypes
+from .. import dtypes
 
 
 def applies(

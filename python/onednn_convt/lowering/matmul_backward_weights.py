@@ -1,7 +1,7 @@
 """ConvTransposeBackwardWeights as one MatMul over frames of diff_dst, in bf16 and f16.
 
 oneDNN 3.2's bf16 backward-weights kernels return wrong weights when a spatial dim of src is
-no longer than the dilated kernel (:func:`onednn_convt.lowerings.backward_weights_needs_f32`),
+no longer than the dilated kernel (:func:`onednn_convt.lowering.weights.backward_weights_needs_f32`),
 so such calls cannot use them. Computing them in f32 is right but slow on large problems
 (the DCGAN 4x4 -> 8x8 layer: 0.84x PyTorch's bf16 time). The same gradient is a matrix
 product in the call's own dtype, which the library's bf16 MatMul computes correctly:
@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import dtypes, shapes
+from .. import dtypes, shapes
 
 #: the smallest problem (multiply-adds) that takes this lowering
 MIN_MACS = 1 << 22

@@ -1,0 +1,183 @@
+"""Measured autotuning: time every lowering of a problem once, keep the fastest.
+
+Off by default. ``onednn_convt.set_autotune(True)``, or ``ONEDNN_CONVT_AUTOTUNE=1`` in the
+environment (read at import), turns it on. The first call of each input signature then:
+
+1. lists the problem's candidates (:func:`onednn_convt.lowering.candidates`: valid on this
+   CPU, none a guard forbids); with one candidate there is nothing to tune;
+2. compiles each one (natively, or in f32 where the library has no kernel in the dtype) and
+   runs it on seeded random inputs of the call's shapes and dtype (never the caller's data,
+   which may hold Inf or NaN);
+3. drops a candidate whose result disagrees with the rules' choice beyond the dtype's
+   rounding (:func:`agree`), or that the library refuses;
+4. times the rest in alternating rounds (each round runs every candidate for about
+   :data:`SAMPLE_SECONDS`; the median of :data:`ROUNDS` rounds), and keeps the rules'
+   choice unless another is at least :data:`MARGIN` faster (noise does not flip choices);
+5. stores the choice in the persistent cache (:mod:`.tuning_cache`), so that another
+   process with the same oneDNN, ISA and thread count compiles the chosen lowering only.
+
+``op.lowering`` then ends in ``(tuned: <name>)`` and ``op.tuning`` holds the
+:class:`Tuning`. Fused calls are not tuned (they run the rules' core).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import OneDNNError
+from ..problem import BACKWARD_WEIGHTS, FORWARD, Problem
+from . import build, candidates, tuning_cache
+
+if TYPE_CHECKING:
+    from ..ops import _Op
+
+#: rounds of timing, alternating the candidates
+ROUNDS = 5
+#: the least time one timed sample of a candidate runs (repeating the call)
+SAMPLE_SECONDS = 0.01
+#: another candidate replaces the rules' choice only when its median is this much lower
+MARGIN = 0.05
+#: largest |difference| between two candidates' results, over the largest |result|, per dtype
+TOLERANCE = {"f32": 1e-4, "bf16": 2e-2, "f16": 4e-3}
+
+_enabled = os.environ.get("ONEDNN_CONVT_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def enabled() -> bool:
+    """Whether autotuning is on."""
+    return _enabled
+
+
+def set_autotune(on: bool) -> None:
+    """Turn autotuning on or off for this process (op objects already planned keep their
+    plans; new signatures follow the setting).
+
+    Raises:
+        TypeError: ``on`` is not a bool.
+    """
+    global _enabled
+    if not isinstance(on, bool):
+        msg = f"set_autotune: argument 'on' expected a bool, got {on!r}"
+        raise TypeError(msg)
+    _enabled = on
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How autotuning chose a problem's lowering.
+
+    Attributes:
+        name: the chosen lowering (a name from :func:`onednn_convt.lowering.candidates`).
+        rule: the lowering the rules pick.
+        times_us: median call time of each candidate that was timed, in microseconds.
+        rejected: candidate -> why it was not timed (refused by the library, or disagreed).
+        cached: the choice came from the cache file (no timing in this process).
+        seconds: what tuning cost this process (compiling and timing; 0 from the cache).
+    """
+
+    name: str
+    rule: str
+    times_us: dict[str, float]
+    rejected: dict[str, str] = field(default_factory=dict)
+    cached: bool = False
+    seconds: float = 0.0
+
+
+def choice(op: _Op, problem: Problem) -> Optional[Tuning]:
+    """The tuned choice for ``problem`` run by ``op`` (None: one candidate, nothing to tune)."""
+    names = candidates(problem)
+    if len(names) == 1:
+        return None
+    key = problem.key() + (" constant-weights" if op._constant_weights else "")
+    entry = tuning_cache.lookup(key, names)
+    if entry is not None:
+        return Tuning(entry["name"], names[0], dict(entry["times_us"]), dict(entry.get("rejected", {})), cached=True)
+    start = time.perf_counter()
+    tuning = _measure(op, problem, names)
+    tuning = Tuning(tuning.name, tuning.rule, tuning.times_us, tuning.rejected, False, time.perf_counter() - start)
+    tuning_cache.store(key, {"name": tuning.name, "candidates": names, "times_us": tuning.times_us,
+                             "rejected": tuning.rejected})
+    return tuning
+
+
+def _measure(op: _Op, problem: Problem, names: list[str]) -> Tuning:
+    arrays = _inputs(problem)
+    if op._constant_weights:  # the private op of a ConstantWeights: its weights are read-only
+        arrays[1].flags.writeable = False
+    runs: dict[str, Any] = {}
+    results: dict[str, np.ndarray] = {}
+    rejected: dict[str, str] = {}
+    for name in names:
+        try:
+            plan = op._plan_for(build(problem, name), arrays, None, problem.dtype)
+            results[name] = np.asarray(plan.run(arrays, None), np.float64)
+        except (OneDNNError, MemoryError, ValueError) as e:  # refused here: not a candidate
+            rejected[name] = f"{type(e).__name__}: {e}"
+            continue
+        out = np.empty(plan.lowering.out_shape, plan.dtype)
+        runs[name] = lambda plan=plan, out=out: plan.run(arrays, out)
+    rule = names[0]
+    if rule not in results:  # the rules' own choice failed: nothing trustworthy to compare to
+        return Tuning(rule, rule, {}, rejected)
+    for name in list(runs):
+        if not agree(results[name], results[rule], problem.dtype):
+            rejected[name] = "disagreed with the rules' lowering"
+            del runs[name]
+    times = _time(runs)
+    best = min(times, key=times.__getitem__)
+    chosen = best if times[best] < (1 - MARGIN) * times[rule] else rule
+    return Tuning(chosen, rule, {n: round(t * 1e6, 2) for n, t in times.items()}, rejected)
+
+
+def agree(a: np.ndarray, b: np.ndarray, code: str) -> bool:
+    """Whether two lowerings' results of one problem agree: every element finite and within
+    :data:`TOLERANCE` of the largest |element| (results of another summation order and,
+    for bf16/f16, of rounding at other points)."""
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return False
+    scale = max(float(np.abs(b).max()), 1e-30)
+    return float(np.abs(a - b).max()) <= TOLERANCE.get(code, 1e-4) * scale
+
+
+def _time(runs: dict[str, Any]) -> dict[str, float]:
+    """Median seconds per call of each runner, over alternating rounds."""
+    repeats = {}
+    for name, run in runs.items():  # calls per sample: at least SAMPLE_SECONDS of them
+        start = time.perf_counter()
+        run()
+        once = max(time.perf_counter() - start, 1e-7)
+        repeats[name] = max(1, min(1000, math.ceil(SAMPLE_SECONDS / once)))
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs)
+    for r in range(ROUNDS):
+        for name in order[r % len(order):] + order[: r % len(order)]:  # rotate who goes first
+            run, k = runs[name], repeats[name]
+            start = time.perf_counter()
+            for _ in range(k):
+                run()
+            samples[name].append((time.perf_counter() - start) / k)
+    return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+def _inputs(p: Problem) -> list[Any]:
+    """Seeded random inputs of the problem's shapes, dense, in its dtype (values of the
+    size a trained layer sees: standard normal activations, weights scaled by 1/sqrt(fan-in))."""
+    rng = np.random.default_rng(0)
+    dtype = dtypes.FLOAT_DTYPES[p.dtype]
+    fan_in = p.ic // p.groups * math.prod(p.kernel)
+    arrays: list[Any] = []
+    for i, shape in enumerate(p.input_shapes):
+        scale = 1 / math.sqrt(fan_in) if (i == 1 and p.op != BACKWARD_WEIGHTS) else 1.0
+        arrays.append((rng.standard_normal(shape, dtype=np.float32) * scale).astype(dtype))
+    if p.op == FORWARD and not p.bias:
+        arrays.append(None)
+    if p.op == BACKWARD_WEIGHTS:
+        arrays.append(None)  # weights_shape: the problem has it
+    return arrays

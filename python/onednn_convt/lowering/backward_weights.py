@@ -1,0 +1,70 @@
+"""The lowerings of a ConvTransposeBackwardWeights problem: which can run it, and how each is built.
+
+- ``ConvTransposeBackwardWeights``: the library's own op (any problem).
+- ``ConvolutionBackwardWeights``: the backward weights of the convolution that BackwardData
+  is (spec D9): src = diff_dst, diff_dst = src and the weights read as OIX (IOX) or XIO
+  (XOI); any problem.
+- ``MatMul (frames)``: one MatMul over frames of diff_dst (:mod:`.matmul_backward_weights`);
+  groups 1 and frames at most :data:`.matmul_backward_weights.MAX_FRAMES_RATIO` times
+  diff_dst.
+
+Where the library's bf16/f16 kernels are wrong on the problem
+(:func:`onednn_convt.lowering.rules.backward_weights_f32_only`, guard
+``bf16_backward_weights_short_src``), the two library ops compute in f32.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import dtypes, guards
+from ..problem import Problem
+from . import base, matmul_backward_weights, rules
+from .base import Lowering
+
+
+def candidates(p: Problem) -> list[str]:
+    """The names of the lowerings that can run ``p``."""
+    names = [base.CONV_TRANSPOSE_BACKWARD_WEIGHTS, base.CONVOLUTION_BACKWARD_WEIGHTS]
+    dd = p.input_shapes[1]
+    frames = p.n * math.prod(p.src) * p.oc * math.prod(p.kernel)
+    if p.groups == 1 and frames <= matmul_backward_weights.MAX_FRAMES_RATIO * math.prod(dd):
+        names.append(base.FRAMES)
+    return names
+
+
+def build(p: Problem, name: str) -> Lowering:
+    """The lowering ``name`` (one of :func:`candidates`) of ``p``."""
+    f32_only = rules.backward_weights_f32_only(p)
+    guard = guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC.name if f32_only else None
+    wshape = p.weights_shape
+    if name == base.FRAMES:
+        library = build(p, rules.backward_weights_kind(p.rank, p.data_format))
+
+        def exact(arrays: Sequence[Any]) -> np.ndarray:
+            """The call computed by the library's f32 kernel, in f32."""
+            from ..ops import _Op  # the compile step of every plan (a cycle at import)
+
+            f32 = [dtypes.to_f32(x) for x in arrays[:2]]
+            plan = _Op._compile(library, f32, None, np.dtype(np.float32), "f32", emulated=False)
+            return plan.run(f32, None)
+
+        parts = matmul_backward_weights.backward_weights(
+            p.input_shapes[0], p.input_shapes[1], wshape, p.kernel, p.geometry.astuple(), p.data_format,
+            p.weights_format, exact,
+        )
+        return Lowering(base.MATMUL, inputs=(0, 1), out_shape=wshape, guard=guard, name=name, **parts)
+    if name == base.CONVOLUTION_BACKWARD_WEIGHTS:
+        # the convolution from diff_dst to src (D9) has the same weights memory: OIX/XIO
+        attrs = p.library_attrs(p.convolution_weights_format)
+        inputs = (1, 0)
+    elif name == base.CONV_TRANSPOSE_BACKWARD_WEIGHTS:
+        attrs = p.library_attrs()
+        inputs = (0, 1)
+    else:
+        raise ValueError(f"ConvTransposeBackwardWeights: no lowering named {name!r}")
+    attrs["weights_shape"] = list(wshape)
+    return Lowering(name, attrs, inputs, wshape, f32_only=f32_only, guard=guard, name=name)

@@ -1,0 +1,86 @@
+"""The description of one lowering: which library op runs a call, and on what."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from .. import dtypes
+
+
+@dataclass
+class Lowering:
+    """How one call maps onto a library op.
+
+    Attributes:
+        kind: library op kind that runs (``"ConvolutionBackwardData"``, ``"Convolution"``,
+            ``"ConvTranspose"`` or ``"MatMul"`` for the forward; ``"Convolution"``,
+            ``"ConvTransposeBackwardData"`` or ``"MatMul"`` for BackwardData, spec D9;
+            ``"ConvTransposeBackwardWeights"``, ``"ConvolutionBackwardWeights"`` or
+            ``"MatMul"`` for BackwardWeights). Which one runs a problem, and why:
+            :mod:`onednn_convt.lowering.rules`.
+        attrs: library attributes, fully resolved (explicit pads, auto_pad ``"None"``).
+        inputs: indices of the call's inputs passed to the library, in its order.
+        out_shape: shape of the result.
+        prepare: optional; turns those inputs into the library's inputs (views or copies).
+        finish: optional; turns the library's output (of ``library_shape``) and the call's
+            inputs into the result, in f32 (rounded afterwards) or, when it only reshapes
+            the library's output, in the call's dtype.
+        library_shape: shape of the library's output when ``finish`` is set.
+        prepared_elems: elements ``prepare`` allocates (copies it makes; the memory estimate
+            counts them in the compute dtype).
+        weights_arg: position, among the library's inputs, of the weights (or of the array
+            made from the weights alone); None for an op without a weights input. Ops with
+            constant weights mark that input constant (:mod:`onednn_convt.constant_weights`).
+        f32_only: compute bf16/f16 in f32 even where the CPU has native kernels, because
+            the library's are wrong on this problem
+            (:func:`onednn_convt.lowering.weights.backward_weights_needs_f32`).
+        guard: the name of the guard (:mod:`onednn_convt.guards`) that chose this lowering
+            to keep the problem away from a known-bad kernel, else None.
+        exact: optional; the lowering that recomputes a native bf16/f16 call in f32 when its
+            result holds an Inf or NaN (see ``_Plan._guarded``), where this one cannot
+            (zero-padded taps turn an Inf input into NaN). None: this lowering.
+        name: the candidate's name among the problem's lowerings (:mod:`onednn_convt.lowering`),
+            e.g. ``"Convolution (flipped weights)"``; the kind when not set.
+    """
+
+    kind: str
+    attrs: dict[str, Any]
+    inputs: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None
+    finish: Optional[Callable[[np.ndarray, Sequence[Any]], np.ndarray]] = None
+    library_shape: tuple[int, ...] = ()
+    prepared_elems: int = 0
+    weights_arg: Optional[int] = None
+    f32_only: bool = False
+    guard: Optional[str] = None
+    exact: Optional[Lowering] = None
+    name: str = ""
+
+    def library_args(self, arrays: Sequence[Any], emulated: bool) -> list[np.ndarray]:
+        """The arrays handed to the library (emulated: f32 copies of the inputs first)."""
+        args = [arrays[i] for i in self.inputs]
+        if emulated:
+            args = [dtypes.to_f32(a) for a in args]
+        return self.prepare(args) if self.prepare is not None else args
+
+
+# -- library op kinds (Lowering.kind) ---------------------------------------------------
+CONVOLUTION = "Convolution"
+CONVOLUTION_BACKWARD_DATA = "ConvolutionBackwardData"
+CONVOLUTION_BACKWARD_WEIGHTS = "ConvolutionBackwardWeights"
+CONV_TRANSPOSE = "ConvTranspose"
+CONV_TRANSPOSE_BACKWARD_DATA = "ConvTransposeBackwardData"
+CONV_TRANSPOSE_BACKWARD_WEIGHTS = "ConvTransposeBackwardWeights"
+MATMUL = "MatMul"
+
+# -- candidate names (Lowering.name) that are more than their kind ------------------------
+FLIPPED_CONVOLUTION = "Convolution (flipped weights)"
+OVERLAP_ADD = "MatMul (overlap-add)"
+FRAMES = "MatMul (frames)"
+TILES = "MatMul (tiles)"
+SUBSAMPLED = "Convolution (subsampled)"
+ZERO_PADDED_TAPS = "Convolution (zero-padded taps)"

@@ -1,0 +1,165 @@
+"""The autotuner's choices on disk, so that a second process pays nothing.
+
+One JSON file, ``autotune.json`` in the user's cache directory (platformdirs; the directory
+``ONEDNN_CONVT_CACHE_DIR`` names instead, if set)::
+
+    {"format": 1,
+     "contexts": {"<context>": {"<problem key>": {"name": ..., "candidates": [...],
+                                                   "times_us": {name: us}, "rejected": {name: why}}}}}
+
+The context names what a choice depends on besides the problem: oneDNN's version and
+commit, the ISA it dispatches to (``ONEDNN_MAX_CPU_ISA`` honoured), the thread count and
+this package's version. A file that is not valid JSON of this shape is ignored with a
+:class:`TuningCacheWarning` (and replaced on the next write); an entry is used only when the
+candidates it was measured among are today's for its problem, and its choice one of them.
+Writes go to a temporary file renamed over the old one, merged with what another process
+wrote meanwhile: a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+FORMAT = 1
+FILE_NAME = "autotune.json"
+
+
+class TuningCacheWarning(UserWarning):
+    """The autotuning cache file could not be used (it is then ignored)."""
+
+
+def directory() -> Path:
+    """Where the cache file lives: ``$ONEDNN_CONVT_CACHE_DIR``, else platformdirs' user cache
+    directory for onednn-convt."""
+    given = os.environ.get("ONEDNN_CONVT_CACHE_DIR")
+    if given:
+        return Path(given)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("onednn-convt", appauthor=False))
+
+
+def path() -> Path:
+    """The cache file."""
+    return directory() / FILE_NAME
+
+
+def context() -> str:
+    """What the cached choices depend on besides the problem (see the module docstring)."""
+    from .. import __version__, _core, guards
+    from ..info import omp_max_threads
+
+    v = _core.version()
+    return (
+        f"oneDNN {v['major']}.{v['minor']}.{v['patch']} {v['hash']}; isa {guards.dispatch_isa()}; "
+        f"threads {omp_max_threads()}; onednn-convt {__version__}"
+    )
+
+
+_lock = threading.Lock()
+#: path -> the contexts read from it (None: not read yet in this process)
+_loaded: dict[Path, dict[str, dict[str, Any]]] = {}
+
+
+def _read(file: Path) -> dict[str, dict[str, Any]]:
+    """The file's contexts; {} (with a warning) when it cannot be trusted."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):  # nothing cached yet
+        return {}
+    except OSError as e:
+        warnings.warn(f"onednn-convt: cannot read the autotuning cache {file} ({e}); tuning again", TuningCacheWarning, 3)
+        return {}
+    why = None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        why = f"not JSON ({e})"
+    else:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            why = f"expected format {FORMAT}, found {found!r}"
+        elif not isinstance(data.get("contexts"), dict) or not all(
+            isinstance(entries, dict) and all(_valid(e) for e in entries.values())
+            for entries in data["contexts"].values()
+        ):
+            why = "its entries are not those this version writes"
+    if why is not None:
+        msg = f"onednn-convt: ignoring the autotuning cache {file}: {why}; it is rewritten on the next tuning"
+        warnings.warn(msg, TuningCacheWarning, 3)
+        return {}
+    return dict(data["contexts"])
+
+
+def _valid(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("name"), str)
+        and isinstance(entry.get("candidates"), list)
+        and all(isinstance(c, str) for c in entry["candidates"])
+        and isinstance(entry.get("times_us"), dict)
+        and all(isinstance(k, str) and isinstance(v, (int, float)) for k, v in entry["times_us"].items())
+    )
+
+
+def lookup(key: str, candidates: list[str]) -> Optional[dict[str, Any]]:
+    """The cached entry for problem ``key`` in this context, if it was measured among
+    exactly ``candidates`` and chose one of them; else None."""
+    file = path()
+    with _lock:
+        if file not in _loaded:
+            _loaded[file] = _read(file)
+        entry = _loaded[file].get(context(), {}).get(key)
+    if entry is None or entry["candidates"] != candidates or entry["name"] not in candidates:
+        return None
+    return dict(entry)
+
+
+def store(key: str, entry: dict[str, Any]) -> None:
+    """Record ``entry`` for problem ``key`` in this context, in memory and on disk (a cache
+    directory that cannot be written is warned about once per process and skipped)."""
+    file = path()
+    ctx = context()
+    with _lock:
+        contexts = _loaded.setdefault(file, {})
+        contexts.setdefault(ctx, {})[key] = entry
+        try:
+            on_disk = _read(file) if file.exists() else {}
+            for c, entries in contexts.items():
+                on_disk.setdefault(c, {}).update(entries)
+            file.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".autotune-", suffix=".json", dir=file.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"format": FORMAT, "contexts": on_disk}, f, indent=1, sort_keys=True)
+            os.replace(tmp, file)
+            _loaded[file] = on_disk
+        except OSError as e:
+            if file not in _unwritable:
+                _unwritable.add(file)
+                msg = f"onednn-convt: cannot write the autotuning cache {file} ({e}); choices last this process only"
+                warnings.warn(msg, TuningCacheWarning, 3)
+
+
+_unwritable: set[Path] = set()
+
+
+def forget() -> None:
+    """Drop what this process read or wrote (the next lookup reads the file again)."""
+    with _lock:
+        _loaded.clear()
+        _unwritable.clear()
+
+
+def clear() -> None:
+    """Delete the cache file and what this process holds of it."""
+    forget()
+    try:
+        path().unlink()
+    except FileNotFoundError:
+        pass

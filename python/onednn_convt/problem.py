@@ -1,0 +1,130 @@
+"""A validated problem: what one call of an op computes, named and typed.
+
+The ops check a call's arrays and attributes and describe the result as a :class:`Problem`
+(op, dtype, formats, channels, spatial sizes, kernel, :class:`Geometry`). The lowering
+package (:mod:`onednn_convt.lowering`) reads only this: it lists the lowerings that can run
+the problem and builds the chosen one, without looking at the arrays again.
+
+Sizes are in elements. Channels and spatial sizes are always those of the forward
+ConvTranspose (src -> dst), whichever op the problem is: ``ic`` is the src (= diff_src)
+channel count, ``oc`` the dst (= diff_dst) one, ``src``/``dst`` their spatial sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+FORWARD = "ConvTranspose"
+BACKWARD_DATA = "ConvTransposeBackwardData"
+BACKWARD_WEIGHTS = "ConvTransposeBackwardWeights"
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Per spatial dim: strides, dilations and pads (auto_pad resolved to explicit pads)."""
+
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+
+    def astuple(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """(strides, dilations, pads_begin, pads_end), the order of the shape formulas."""
+        return self.strides, self.dilations, self.pads_begin, self.pads_end
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One checked call of an op.
+
+    Attributes:
+        op: ``"ConvTranspose"``, ``"ConvTransposeBackwardData"`` or
+            ``"ConvTransposeBackwardWeights"``.
+        dtype: the call's float dtype code (``"f32"``, ``"bf16"``, ``"f16"``).
+        data_format: ``"NCX"`` or ``"NXC"`` (activations).
+        weights_format: ``"IOX"`` or ``"XOI"``.
+        groups: groups.
+        n: batch.
+        ic: forward src channels (IC).
+        oc: forward dst channels (OC = O * groups).
+        src: forward src spatial sizes.
+        dst: forward dst spatial sizes.
+        kernel: kernel sizes.
+        geometry: strides, dilations, pads.
+        output_padding: the forward's output_padding per spatial dim (ConvTranspose only;
+            zeros for the backward ops, whose shapes already say it).
+        bias: whether a ConvTranspose call has a bias input.
+        input_shapes: shapes of the call's array inputs, in the op's order (ConvTranspose:
+            src, weights[, bias]; BackwardData: diff_dst, weights; BackwardWeights: src,
+            diff_dst).
+        out_shape: shape of the result.
+    """
+
+    op: str
+    dtype: str
+    data_format: str
+    weights_format: str
+    groups: int
+    n: int
+    ic: int
+    oc: int
+    src: tuple[int, ...]
+    dst: tuple[int, ...]
+    kernel: tuple[int, ...]
+    geometry: Geometry
+    output_padding: tuple[int, ...]
+    bias: bool
+    input_shapes: tuple[tuple[int, ...], ...]
+    out_shape: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        """Spatial dims (1 to 3)."""
+        return len(self.kernel)
+
+    @property
+    def weights_shape(self) -> tuple[int, ...]:
+        """The weights' shape in ``weights_format``: (IC, O, X...) or (X..., O, IC)."""
+        o = self.oc // self.groups
+        return (self.ic, o, *self.kernel) if self.weights_format == "IOX" else (*self.kernel, o, self.ic)
+
+    @property
+    def convolution_weights_format(self) -> str:
+        """How the library's Convolution ops read the same weights memory (spec D9): IOX as
+        OIX, XOI as XIO."""
+        return "OIX" if self.weights_format == "IOX" else "XIO"
+
+    @property
+    def depthwise(self) -> bool:
+        """One input and one output channel per group."""
+        return self.ic == self.groups and self.oc == self.groups
+
+    @property
+    def flops(self) -> int:
+        """2 * N * IC * OC/G * prod(src) * prod(kernel): the multiply-adds of every op, twice."""
+        return 2 * self.n * self.ic * (self.oc // self.groups) * math.prod(self.src) * math.prod(self.kernel)
+
+    def library_attrs(self, weights_format: str | None = None) -> dict[str, Any]:
+        """The library attributes shared by every lowering onto a convolution-like op."""
+        g = self.geometry
+        return {
+            "strides": list(g.strides), "dilations": list(g.dilations), "pads_begin": list(g.pads_begin),
+            "pads_end": list(g.pads_end), "auto_pad": "None", "groups": self.groups,
+            "data_format": self.data_format, "weights_format": weights_format or self.weights_format,
+        }
+
+    def key(self) -> str:
+        """A stable text naming the problem (the autotuning cache's signature)."""
+        g = self.geometry
+        parts = [
+            self.op, self.dtype, self.data_format, self.weights_format, f"g{self.groups}", f"n{self.n}",
+            f"ic{self.ic}", f"oc{self.oc}", "src" + "x".join(map(str, self.src)),
+            "k" + "x".join(map(str, self.kernel)), "s" + "x".join(map(str, g.strides)),
+            "d" + "x".join(map(str, g.dilations)), "pb" + "x".join(map(str, g.pads_begin)),
+            "pe" + "x".join(map(str, g.pads_end)), "dst" + "x".join(map(str, self.dst)),
+        ]
+        if self.bias:
+            parts.append("bias")
+        return " ".join(parts)

@@ -1,0 +1,123 @@
+"""``onednn-convt tune``: autotune a bench suite, or layers of your own, ahead of time.
+
+Each configuration (layer x op x dtype x data format) is called once with autotuning on, so
+its choice lands in the cache file (:mod:`onednn_convt.lowering.tuning_cache`) that later
+processes read. Examples::
+
+    onednn-convt tune                                   # the models suite, every op/dtype/format
+    onednn-convt tune --suite models --skip-slow --dtypes f32,bf16 --json tuned.json
+    onednn-convt tune --layers-json my_layers.json      # [{"name": "up1", "n": 8, "ic": 256,
+                                                        #   "oc": 128, "spatial": [16, 16],
+                                                        #   "kernel": [4, 4], "stride": 2, "pad": 1}]
+
+A layer is a forward problem (src -> dst, as in ``bench``): ``name``, ``n``, ``ic``, ``oc``,
+``spatial`` and ``kernel`` (lists), and optionally ``stride``, ``pad`` and ``groups``.
+The table says, per configuration, the rules' lowering, the chosen one, its speed-up over
+the rules' (the tuner's own medians) and what tuning cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .bench import suites
+from .bench.cli import _list
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``tune`` subcommand's options."""
+    parser.add_argument("--suite", default="models", choices=sorted(suites.SUITES), help="bench suite (default models)")
+    parser.add_argument("--layers-json", type=Path, help="a JSON list of layers to tune instead of a suite")
+    parser.add_argument("--layers", type=lambda t: t.split(","), help="only these layers of the suite")
+    parser.add_argument("--ops", type=_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS))
+    parser.add_argument("--dtypes", type=_list(suites.DTYPES), default=list(suites.DTYPES))
+    parser.add_argument("--formats", type=_list(suites.FORMATS), default=list(suites.FORMATS))
+    parser.add_argument("--skip-slow", action="store_true", help="leave out layers that compile slowly")
+    parser.add_argument("--retune", action="store_true", help="measure again even where the cache has a choice")
+    parser.add_argument("--json", type=Path, help="write the choices and timings here")
+
+
+def layers_from_json(path: Path) -> list[suites.Layer]:
+    """The layers of a ``--layers-json`` file.
+
+    Raises:
+        ValueError: the file is not a JSON list of layer objects.
+    """
+    try:
+        items = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(items, list):
+            raise TypeError("expected a list")
+        return [
+            suites.Layer(
+                str(d["name"]), int(d["n"]), int(d["ic"]), int(d["oc"]), tuple(int(v) for v in d["spatial"]),
+                tuple(int(v) for v in d["kernel"]), int(d.get("stride", 1)), int(d.get("pad", 0)),
+                int(d.get("groups", 1)),
+            )
+            for d in items
+        ]
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        msg = f"tune: --layers-json {path}: expected a JSON list of layers (name, n, ic, oc, spatial, kernel), got {e!r}"
+        raise ValueError(msg) from None
+
+
+def configs(args: argparse.Namespace) -> list[suites.Config]:
+    """The configurations the options name."""
+    if args.layers_json is None:
+        return suites.configs(args.suite, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers)
+    out = []
+    for layer in layers_from_json(args.layers_json):
+        for op in args.ops:
+            for fmt in args.formats:
+                for dt in args.dtypes:
+                    out.append(suites.Config("custom", layer, op, dt, fmt))
+    return out
+
+
+def tune_config(cfg: suites.Config) -> dict[str, Any]:
+    """Call one configuration with autotuning on; what the tuner chose and why."""
+    case = cfg.build()
+    case.op(*case.args)
+    t = case.op.tuning
+    rec: dict[str, Any] = {"key": cfg.key, "lowering": case.op.lowering}
+    if t is None:
+        rec.update(chosen=None, rule=None, note="one candidate (a guard or the rules' only lowering)")
+        return rec
+    rule_us = t.times_us.get(t.rule)
+    rec.update(
+        chosen=t.name, rule=t.rule, cached=t.cached, seconds=round(t.seconds, 3), times_us=t.times_us,
+        rejected=t.rejected,
+        speedup=None if not rule_us else round(rule_us / t.times_us[t.name], 3),
+    )
+    return rec
+
+
+def run(args: argparse.Namespace) -> int:
+    """Tune every configuration, with a progress bar; print the table."""
+    from tqdm import tqdm
+
+    from .lowering import autotune, tuning_cache
+
+    try:
+        todo = configs(args)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    autotune.set_autotune(True)
+    if args.retune:
+        tuning_cache.clear()
+    records = []
+    for cfg in tqdm(todo, desc="tuning", unit="config", file=sys.stderr):
+        records.append(tune_config(cfg))
+    print(f"{'configuration':<34} {'rules':<30} {'tuned':<30} {'speed-up':>8} {'cost s':>7}")
+    for r in records:
+        speed = f"{r['speedup']:.2f}" if r.get("speedup") else "-"
+        cost = "cache" if r.get("cached") else f"{r.get('seconds', 0):.2f}"
+        print(f"{r['key']:<34} {str(r['rule'] or '-'):<30} {str(r['chosen'] or r['lowering']):<30} {speed:>8} {cost:>7}")
+    print(f"choices cached in {tuning_cache.path()}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"context": tuning_cache.context(), "records": records}, indent=1))
+    return 0

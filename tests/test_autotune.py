@@ -1,0 +1,205 @@
+"""Autotuning: the first call of a signature times the candidates and keeps the fastest that
+agrees with the rules' lowering; the choice persists in a cache file that another process
+uses without timing; a corrupt, foreign or unwritable cache is never trusted blindly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from helpers import assert_close
+
+import onednn_convt as oc
+from onednn_convt import reference
+from onednn_convt.lowering import autotune, base, tuning_cache
+
+#: a DCGAN-like layer, small (k4 s2 p1): two candidates, ConvolutionBackwardData (the
+#: rules' choice) and ConvTranspose
+ATTRS = dict(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
+SRC, W = (2, 8, 4, 4), (8, 4, 4, 4)
+
+
+@pytest.fixture
+def tuning(tmp_path, monkeypatch):
+    """Autotuning on, with a cache directory of the test's own."""
+    monkeypatch.setenv("ONEDNN_CONVT_CACHE_DIR", str(tmp_path))
+    tuning_cache.forget()
+    before = autotune.enabled()
+    oc.set_autotune(True)
+    yield tmp_path
+    oc.set_autotune(before)
+    tuning_cache.forget()
+
+
+def arrays(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(SRC).astype(np.float32), rng.standard_normal(W).astype(np.float32)
+
+
+def test_first_call_tunes_and_says_so(tuning):
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    got = op(x, w)
+    t = op.tuning
+    assert t is not None and not t.cached and t.seconds > 0
+    assert t.rule == base.CONVOLUTION_BACKWARD_DATA
+    assert set(t.times_us) == {base.CONVOLUTION_BACKWARD_DATA, base.CONV_TRANSPOSE}
+    assert all(v > 0 for v in t.times_us.values()) and t.name in t.times_us
+    assert op.lowering.endswith(f"(tuned: {t.name})")
+    want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS)
+    assert_close(got, want, "f32", 8 * 16)
+    # the cache file holds the choice under this process's context
+    data = json.loads((tuning / tuning_cache.FILE_NAME).read_text())
+    entries = data["contexts"][tuning_cache.context()]
+    (entry,) = entries.values()
+    assert entry["name"] == t.name and entry["candidates"][0] == t.rule
+
+
+def test_a_second_op_and_a_second_process_use_the_cache(tuning):
+    x, w = arrays()
+    first = oc.ConvTranspose(**ATTRS)
+    first(x, w)
+    second = oc.ConvTranspose(**ATTRS)
+    second(x, w)
+    assert second.tuning.cached and second.tuning.seconds == 0 and second.tuning.name == first.tuning.name
+    code = (
+        "import numpy as np, onednn_convt as oc\n"
+        f"op = oc.ConvTranspose(**{ATTRS!r})\n"
+        f"op(np.ones({SRC}, np.float32), np.ones({W}, np.float32))\n"
+        "print(op.tuning.cached, op.tuning.name)\n"
+    )
+    env = dict(os.environ, ONEDNN_CONVT_AUTOTUNE="1", ONEDNN_CONVT_CACHE_DIR=str(tuning))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", first.tuning.name]
+
+
+def test_off_means_the_rules(tuning):
+    oc.set_autotune(False)
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    op(x, w)
+    assert op.tuning is None and op.lowering == base.CONVOLUTION_BACKWARD_DATA
+    assert not (tuning / tuning_cache.FILE_NAME).exists()
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"format": 99, "contexts": {}}', "[1, 2]",
+                                     '{"format": 1, "contexts": {"c": {"k": {"name": 3}}}}'])
+def test_a_corrupt_or_foreign_file_is_ignored_with_a_warning_and_rewritten(tuning, content):
+    (tuning / tuning_cache.FILE_NAME).write_text(content)
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    with pytest.warns(tuning_cache.TuningCacheWarning, match="ignoring the autotuning cache"):
+        op(x, w)
+    assert not op.tuning.cached
+    data = json.loads((tuning / tuning_cache.FILE_NAME).read_text())
+    assert data["format"] == tuning_cache.FORMAT and tuning_cache.context() in data["contexts"]
+
+
+def test_an_entry_for_other_candidates_or_another_context_is_not_used(tuning):
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    op(x, w)
+    file = tuning / tuning_cache.FILE_NAME
+    data = json.loads(file.read_text())
+    (key, entry), = data["contexts"][tuning_cache.context()].items()
+    # a choice outside today's candidates (another version's lowering), under this context,
+    # and a valid-looking one under another oneDNN
+    data["contexts"][tuning_cache.context()][key] = dict(entry, name="Winograd", candidates=["Winograd"])
+    data["contexts"]["oneDNN 9.9.9 x; isa avx2; threads 1; onednn-convt 0.1.0"] = {key: entry}
+    file.write_text(json.dumps(data))
+    tuning_cache.forget()
+    again = oc.ConvTranspose(**ATTRS)
+    again(x, w)
+    assert not again.tuning.cached and again.tuning.name != "Winograd"
+    kept = json.loads(file.read_text())["contexts"]
+    assert len(kept) == 2  # the other context's entry is kept, not trusted
+
+
+def test_a_disagreeing_candidate_is_rejected(tuning, monkeypatch):
+    """A candidate whose result is wrong (here: built with doubled weights) is never chosen."""
+    real = autotune.build
+
+    def wrong_conv_transpose(problem, name):
+        low = real(problem, name)
+        if name != base.CONV_TRANSPOSE:
+            return low
+        return replace(low, prepare=lambda args: [args[0], args[1] * 2, *args[2:]])
+
+    monkeypatch.setattr(autotune, "build", wrong_conv_transpose)
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    op(x, w)
+    assert op.tuning.rejected == {base.CONV_TRANSPOSE: "disagreed with the rules' lowering"}
+    assert op.tuning.name == base.CONVOLUTION_BACKWARD_DATA
+
+
+@pytest.mark.parametrize(("other", "chosen"), [(0.97, "rule"), (0.90, "other"), (1.5, "rule")])
+def test_the_rules_choice_stays_unless_another_is_clearly_faster(tuning, monkeypatch, other, chosen):
+    """MARGIN: within 5% of the rules' time the rules' lowering is kept (noise cannot flip it)."""
+    def fake_time(runs):
+        rule, alt = list(runs)
+        return {rule: 1e-3, alt: other * 1e-3}
+
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    op(x, w)
+    t = op.tuning
+    assert t.name == (t.rule if chosen == "rule" else base.CONV_TRANSPOSE)
+    assert t.times_us == {t.rule: 1000.0, base.CONV_TRANSPOSE: round(other * 1000, 2)}
+
+
+def test_backward_ops_and_constant_weights_are_tuned(tuning):
+    rng = np.random.default_rng(1)
+    x, w = arrays()
+    dd = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
+    bwd_d = oc.ConvTransposeBackwardData(**ATTRS)
+    got_d = bwd_d(dd, w)
+    bwd_w = oc.ConvTransposeBackwardWeights(weights_shape=W, **ATTRS)
+    got_w = bwd_w(x, dd)
+    for op in (bwd_d, bwd_w):
+        assert op.tuning is not None and len(op.tuning.times_us) >= 2, op.tuning
+    f64 = {k: v.astype(np.float64) for k, v in dict(x=x, w=w, dd=dd).items()}
+    assert_close(got_d, reference.conv_transpose_backward_data(f64["dd"], f64["w"], **ATTRS), "f32", 4 * 16)
+    assert_close(got_w, reference.conv_transpose_backward_weights(f64["x"], f64["dd"], W, **ATTRS), "f32", 2 * 64)
+    layer = oc.ConvTranspose(**ATTRS).with_constant_weights(w)
+    np.testing.assert_allclose(layer(x), oc.ConvTranspose(**ATTRS)(x, w), rtol=1e-5, atol=1e-5)
+    assert layer.op.tuning is not None and not layer.op.tuning.cached  # a signature of its own
+
+
+def test_one_candidate_is_not_tuned(tuning):
+    """A 1-D kernel of 128 or more has the overlap-add MatMul alone."""
+    rng = np.random.default_rng(2)
+    op = oc.ConvTranspose(strides=64, data_format="NCX", weights_format="IOX")
+    op(rng.standard_normal((1, 2, 3)).astype(np.float32), rng.standard_normal((2, 2, 130)).astype(np.float32))
+    assert op.tuning is None and op.lowering == "MatMul"
+
+
+def test_an_unwritable_cache_directory_warns_once_and_still_tunes(tuning, monkeypatch):
+    blocker = tuning / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("ONEDNN_CONVT_CACHE_DIR", str(blocker / "sub"))  # under a file: cannot exist
+    x, w = arrays()
+    with pytest.warns(tuning_cache.TuningCacheWarning, match="cannot write the autotuning cache"):
+        oc.ConvTranspose(**ATTRS)(x, w)
+    op = oc.ConvTranspose(**ATTRS)
+    op(x, w)  # remembered in this process, no second warning (filterwarnings = error)
+    assert op.tuning.cached
+
+
+def test_set_autotune_takes_a_bool():
+    with pytest.raises(TypeError, match="set_autotune: argument 'on' expected a bool"):
+        oc.set_autotune(1)  # type: ignore[arg-type]
+
+
+def test_the_environment_variable_turns_it_on(tmp_path):
+    code = "import onednn_convt as oc; print(oc.autotune_enabled())"
+    for value, want in (("1", "True"), ("0", "False"), ("", "False")):
+        env = dict(os.environ, ONEDNN_CONVT_AUTOTUNE=value, ONEDNN_CONVT_CACHE_DIR=str(tmp_path))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want

@@ -1,0 +1,111 @@
+"""Every lowering the autotuner may choose computes the op: each candidate of each named case
+(and of cases that reach the rarer candidates) matches the float64 reference in every dtype,
+and the candidates list what the rules pick and nothing a guard forbids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import CASE_IDS, CASES, OPS, Config, assert_close
+from test_numerics import inputs_of, reference
+
+import onednn_convt as oc
+from onednn_convt import guards, lowering
+from onednn_convt.lowering import base
+
+FWD, BWD_D, BWD_W = OPS
+
+#: cases that reach the candidates the named cases do not (or rarely) have
+EXTRA = [
+    # stride 1, dense and grouped: the flipped-weights Convolution beside the library ops
+    Config(src=(5, 4), kernel=(3, 2), pads_begin=(1, 0), pads_end=(0, 1), ic=4, oc=6, name="2d_s1_dense"),
+    Config(src=(5, 5), kernel=(3, 3), pads_begin=1, pads_end=1, ic=4, oc=6, groups=2, data_format="NXC",
+           weights_format="XOI", bias=True, name="2d_s1_groups_bias"),
+    # 1-D, small kernel: the overlap-add MatMul and the frames (kernel <= 8 * stride)
+    Config(src=(9,), kernel=(6,), strides=3, pads_begin=2, pads_end=1, ic=5, oc=4, bias=True, name="1d_overlap_add"),
+    Config(src=(8,), kernel=(16,), strides=8, pads_begin=4, pads_end=4, ic=4, oc=3, data_format="NXC",
+           weights_format="XOI", name="1d_hifigan_like"),
+    # stride = kernel, no pads: the tiles MatMul
+    Config(src=(3, 4), kernel=(2, 2), strides=2, ic=5, oc=3, name="2d_tiles"),
+    Config(src=(2, 3, 2), kernel=(2, 2, 2), strides=2, ic=3, oc=4, data_format="NXC", weights_format="XOI",
+           bias=True, name="3d_tiles_bias"),
+]
+ALL = CASES + EXTRA
+ALL_IDS = CASE_IDS + [c.name for c in EXTRA]
+
+
+def op_of(op: str, cfg: Config) -> Any:
+    if op == FWD:
+        return oc.ConvTranspose(**cfg.attrs())
+    if op == BWD_D:
+        return oc.ConvTransposeBackwardData(**cfg.attrs(op))
+    return oc.ConvTransposeBackwardWeights(weights_shape=cfg.weights_shape, **cfg.attrs(op))
+
+
+def call_arrays(op: str, cfg: Config, arrays: list[Any]) -> list[Any]:
+    """The arrays as an op object's plan takes them (absent optional inputs as None)."""
+    if op == FWD:
+        return arrays + [None] * (3 - len(arrays))
+    if op == BWD_W:
+        return arrays + [None]
+    return arrays
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("cfg", ALL, ids=ALL_IDS)
+def test_every_candidate_matches_the_reference(cfg, op, code):
+    rng = np.random.default_rng(7)
+    arrays = inputs_of(op, cfg.tensors(rng, code), cfg)
+    instance = op_of(op, cfg)
+    given = call_arrays(op, cfg, arrays)
+    problem = instance._problem(given, code)
+    names = lowering.candidates(problem)
+    assert names[0] == lowering.rule(problem) and len(set(names)) == len(names)
+    want = reference(op, cfg, arrays)
+    reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
+    for name in names:
+        low = lowering.build(problem, name)
+        assert low.name == name or low.f32_only  # a guard's route may fall back to f32
+        got = instance._plan_for(low, given, None, code).run(given, None)
+        assert got.dtype == arrays[0].dtype and got.shape == want.shape
+        assert_close(got, want, code, reduction, f"{name}: {cfg}")
+
+
+def test_extra_cases_reach_the_rarer_candidates():
+    """The EXTRA cases exist for these candidates: check that they still have them."""
+    seen: set[tuple[str, str]] = set()
+    for cfg in EXTRA:
+        for op in OPS:
+            arrays = inputs_of(op, cfg.tensors(np.random.default_rng(0), "f32"), cfg)
+            problem = op_of(op, cfg)._problem(call_arrays(op, cfg, arrays), "f32")
+            seen.update((op, n) for n in lowering.candidates(problem))
+    for wanted in [(FWD, base.FLIPPED_CONVOLUTION), (FWD, base.OVERLAP_ADD), (FWD, base.TILES),
+                   (FWD, base.CONVOLUTION_BACKWARD_DATA), (BWD_D, base.FRAMES),
+                   (BWD_D, base.CONV_TRANSPOSE_BACKWARD_DATA), (BWD_W, base.FRAMES),
+                   (BWD_W, base.CONVOLUTION_BACKWARD_WEIGHTS)]:
+        assert wanted in seen, wanted
+
+
+def test_a_guarded_problem_has_the_guards_lowering_alone():
+    """Where a guard is active the tuner has nothing to choose: BackwardData with stride >=
+    kernel in bf16 on AMX keeps the guard's route (on other CPUs the guard is off and the
+    library ops are candidates again)."""
+    cfg = Config(src=(4, 4), kernel=(2, 2), strides=3, ic=4, oc=4)
+    arrays = inputs_of(BWD_D, cfg.tensors(np.random.default_rng(0), "bf16"), cfg)
+    problem = op_of(BWD_D, cfg)._problem(arrays, "bf16")
+    names = lowering.candidates(problem)
+    if guards.stride_not_below_kernel("bf16", cfg.kernel, (3, 3)):
+        assert names == [base.ZERO_PADDED_TAPS]
+    else:
+        assert base.CONVOLUTION in names and base.CONV_TRANSPOSE_BACKWARD_DATA in names
+
+
+def test_unknown_candidate_name_is_a_value_error():
+    cfg = CASES[0]
+    arrays = inputs_of(FWD, cfg.tensors(np.random.default_rng(0), "f32"), cfg)
+    problem = op_of(FWD, cfg)._problem(call_arrays(FWD, cfg, arrays), "f32")
+    with pytest.raises(ValueError, match="ConvTranspose: no lowering named 'Nope'"):
+        lowering.build(problem, "Nope")
