@@ -105,6 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch-limit", type=float, default=5.0, metavar="SECONDS",
                         help="bf16/f16: when PyTorch is estimated (from batch 1) to take longer than "
                              "this per call, report the estimate instead (default 5; 0 = always run)")
+    parser.add_argument("--autotune", action="store_true",
+                        help="autotune each configuration first (onednn-convt tune), then time it as a "
+                             "second process would: its first call reads the choice from the cache")
     parser.add_argument("--no-torch", action="store_true", help="do not compare with PyTorch")
     parser.add_argument("--no-reference", action="store_true", help="do not time the NumPy reference")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
@@ -145,6 +148,15 @@ def set_threads(n: int) -> Optional[int]:
     return got
 
 
+def _tune(cfg: suites.Config) -> dict[str, Any]:
+    """Autotune ``cfg`` (the choice lands in the cache its timed calls then read)."""
+    from .. import tune
+    from ..lowering import autotune
+
+    autotune.set_autotune(True)
+    return tune.tune_config(cfg)
+
+
 def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[str, Any]:
     from ..info import info
 
@@ -165,7 +177,7 @@ def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[st
         **(peers.torch_versions() if not args.no_torch else {"torch": None, "torch_onednn": None}),
         "cpus": timing.cpu_count(), "cpu_model": cpu_model,
         "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "argv": sys.argv[1:],
+        "argv": sys.argv[1:], "autotune": bool(getattr(args, "autotune", False)),
     }
 
 
@@ -221,7 +233,10 @@ def run(args: argparse.Namespace) -> int:
     for i, cfg in enumerate(configs, 1):
         print(f"[{i:>{width}}/{len(configs)}] {cfg.key} ({cfg.layer.describe()}) ...",
               end="", file=sys.stderr, flush=True)
+        tuned = _tune(cfg) if args.autotune else None
         rec = runner.run_config(cfg, opts, peak)
+        if tuned is not None:
+            rec["tuning"] = tuned
         records.append(rec)
         print(" " + _progress(rec) + f"  [{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
 

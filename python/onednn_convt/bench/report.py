@@ -189,7 +189,8 @@ def _geomean(values: Sequence[float]) -> float:
 
 
 def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
-    """The six targets of issue 4, each with its measured figure and whether it is met.
+    """The six targets of issue 4 and the speed target of issue 16 (7), each with its
+    measured figure and whether it is met.
 
     ``met`` is None when the run has no configuration the target looks at.
     """
@@ -221,6 +222,24 @@ def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
             fig, g >= 1.10 and worst["vs_torch"] >= 0.90)
     else:
         add(1, "models: geomean speed over PyTorch >= 1.10 (f32+bf16), none below 0.90", "not run", None)
+    # 1b (issue 16). every dtype against PyTorch: rules >= 1.10, none < 0.90; autotuned >= 1.25, none < 0.95
+    every = [r for r in recs if r["suite"] == "models" and r.get("vs_torch")]
+    tuned = any("(tuned:" in str(r.get("lowering")) for r in every)
+    low, floor = (1.25, 0.95) if tuned else (1.10, 0.90)
+    text = (f"models, f32+bf16+f16 ({'autotuned' if tuned else 'rules'}): geomean speed over PyTorch >= "
+            f"{low:.2f}, none below {floor:.2f}")
+    if every:
+        g = _geomean([r["vs_torch"] for r in every])
+        worst = min(every, key=lambda r: r["vs_torch"])
+        per = ", ".join(
+            f"{dt} {_geomean([r['vs_torch'] for r in every if r['dtype'] == dt]):.2f}"
+            for dt in ("f32", "bf16", "f16") if any(r["dtype"] == dt for r in every)
+        )
+        fig = (f"geomean {g:.2f} over {len(every)} ({per}); min {worst['vs_torch']:.2f} ({worst['key']}); "
+               f"{sum(r['vs_torch'] < floor for r in every)} below {floor:.2f}")
+        add(7, text, fig, g >= low and worst["vs_torch"] >= floor)
+    else:
+        add(7, text, "not run", None)
 
     # 2. compile time, and the inverse-STFT layer against PyTorch
     text = "every configuration compiles in < 0.5 s; the inverse-STFT layer within 1.5x of PyTorch"

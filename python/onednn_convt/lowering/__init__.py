@@ -7,6 +7,10 @@ package does the rest:
   its Convolution forms on the same weights memory, MatMuls; per op in :mod:`.forward`,
   :mod:`.backward_data`, :mod:`.backward_weights`), leaving out those a guard of
   :mod:`onednn_convt.guards` forbids on this CPU;
+- a bf16/f16 problem also has each library op computed in f32 (``"<name> in f32"``: the
+  inputs converted, the f32 kernel, the result rounded), since some of oneDNN 3.2's native
+  low-precision kernels are far slower than its f32 ones (f16 BackwardWeights on an
+  AVX512-FP16 CPU: 15 s where f32 takes 0.03 s);
 - :func:`onednn_convt.lowering.rules.rule` picks one of them from measured rules;
 - :mod:`.autotune` (when on) times them all on the first call of each signature and keeps
   the fastest, in a cache that persists across processes;
@@ -15,14 +19,18 @@ package does the rest:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
 from . import backward_data, backward_weights, forward
-from .base import Lowering
+from .base import MATMUL, Lowering
 from .rules import rule
 
-__all__ = ["Lowering", "build", "candidates", "rule"]
+__all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
+
+#: the suffix of a candidate computed in f32 (a bf16/f16 problem's library op)
+IN_F32 = " in f32"
 
 _CANDIDATES: dict[str, Callable[[Problem], list[str]]] = {
     FORWARD: forward.candidates, BACKWARD_DATA: backward_data.candidates,
@@ -36,6 +44,8 @@ _BUILD: dict[str, Callable[[Problem, str], Lowering]] = {
 def candidates(p: Problem) -> list[str]:
     """Names of the lowerings that can run ``p`` on this CPU, the rules' choice first."""
     names = _CANDIDATES[p.op](p)
+    if p.dtype in ("bf16", "f16") and len(names) > 1:
+        names += [n + IN_F32 for n in names if not _BUILD[p.op](p, n).f32_only and _BUILD[p.op](p, n).kind != MATMUL]
     chosen = rule(p)
     assert chosen in names, (chosen, names)
     return [chosen] + [n for n in names if n != chosen]
@@ -43,4 +53,7 @@ def candidates(p: Problem) -> list[str]:
 
 def build(p: Problem, name: str) -> Lowering:
     """The lowering called ``name`` (one of :func:`candidates`) of ``p``."""
+    if name.endswith(IN_F32):
+        low = _BUILD[p.op](p, name[: -len(IN_F32)])
+        return replace(low, f32_only=True, name=name)
     return _BUILD[p.op](p, name)

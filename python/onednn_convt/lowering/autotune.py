@@ -11,8 +11,10 @@ environment (read at import), turns it on. The first call of each input signatur
 3. drops a candidate whose result disagrees with the rules' choice beyond the dtype's
    rounding (:func:`agree`), or that the library refuses;
 4. times the rest in alternating rounds (each round runs every candidate for about
-   :data:`SAMPLE_SECONDS`; the median of :data:`ROUNDS` rounds), and keeps the rules'
-   choice unless another is at least :data:`MARGIN` faster (noise does not flip choices);
+   :data:`SAMPLE_SECONDS`; the median of up to :data:`ROUNDS` rounds, fewer where they
+   would pass :data:`BUDGET_SECONDS`; a candidate whose first run took :data:`SLOW_FACTOR`
+   times the fastest one's is not timed further), and keeps the rules' choice unless
+   another is at least :data:`MARGIN` faster (noise does not flip choices);
 5. stores the choice in the persistent cache (:mod:`.tuning_cache`), so that another
    process with the same oneDNN, ISA and thread count compiles the chosen lowering only.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -38,8 +40,12 @@ from . import build, candidates, tuning_cache
 if TYPE_CHECKING:
     from ..ops import _Op
 
-#: rounds of timing, alternating the candidates
+#: rounds of timing, alternating the candidates (fewer when they would exceed BUDGET_SECONDS)
 ROUNDS = 5
+#: about the most the timing rounds of one problem take, in seconds (at least 2 rounds run)
+BUDGET_SECONDS = 1.0
+#: a candidate whose first run took this many times the fastest first run is not timed further
+SLOW_FACTOR = 4.0
 #: the least time one timed sample of a candidate runs (repeating the call)
 SAMPLE_SECONDS = 0.01
 #: another candidate replaces the rules' choice only when its median is this much lower
@@ -107,32 +113,79 @@ def choice(op: _Op, problem: Problem) -> Optional[Tuning]:
     return tuning
 
 
+def _screened(op: _Op, problem: Problem, names: list[str]) -> tuple[list[str], dict[str, float]]:
+    """The candidates worth timing at full size, and the others' estimated seconds: each
+    runs once on a batch of 1 (every op's work grows linearly with the batch), and one
+    whose second run took :data:`SLOW_FACTOR` times the fastest is left out. Some of
+    oneDNN 3.2's kernels are three orders of magnitude slower than the others (f16
+    BackwardWeights on an AVX512-FP16 CPU: 15 s a call on the DCGAN layer where the f32
+    kernel takes 15 ms); this keeps tuning from running them at full size."""
+    if problem.n == 1:
+        return names, {}
+    small = _batch_of_one(problem)
+    arrays = _inputs(small)
+    seconds: dict[str, float] = {}
+    for name in names:
+        try:
+            plan = op._plan_for(build(small, name), arrays, None, small.dtype)
+            start = time.perf_counter()
+            plan.run(arrays, None)  # once: a first run, but the factors it screens for are 100s
+            seconds[name] = time.perf_counter() - start
+        except (OneDNNError, MemoryError, ValueError):
+            seconds[name] = 0.0  # judged at full size, where the refusal is recorded
+    fastest = min((s for s in seconds.values() if s > 0), default=0.0)
+    if not fastest:
+        return names, {}
+    keep = [n for n in names if seconds[n] <= SLOW_FACTOR * fastest]
+    estimates = {n: seconds[n] * problem.n for n in names if n not in keep}
+    return keep, estimates
+
+
+def _batch_of_one(p: Problem) -> Problem:
+    """``p`` with batch 1 (the activations' first axis in NCX and NXC alike)."""
+    activations = {0, 1} if p.op == BACKWARD_WEIGHTS else {0}
+    shapes = tuple((1, *s[1:]) if i in activations else s for i, s in enumerate(p.input_shapes))
+    out = p.out_shape if p.op == BACKWARD_WEIGHTS else (1, *p.out_shape[1:])
+    return replace(p, n=1, input_shapes=shapes, out_shape=out)
+
+
 def _measure(op: _Op, problem: Problem, names: list[str]) -> Tuning:
+    rule = names[0]
+    names, estimates = _screened(op, problem, names)
     arrays = _inputs(problem)
     if op._constant_weights:  # the private op of a ConstantWeights: its weights are read-only
         arrays[1].flags.writeable = False
     runs: dict[str, Any] = {}
     results: dict[str, np.ndarray] = {}
     rejected: dict[str, str] = {}
+    first: dict[str, float] = {}  # seconds of each candidate's first run (compile included)
     for name in names:
+        start = time.perf_counter()
         try:
             plan = op._plan_for(build(problem, name), arrays, None, problem.dtype)
             results[name] = np.asarray(plan.run(arrays, None), np.float64)
         except (OneDNNError, MemoryError, ValueError) as e:  # refused here: not a candidate
             rejected[name] = f"{type(e).__name__}: {e}"
             continue
+        first[name] = time.perf_counter() - start
         out = np.empty(plan.lowering.out_shape, plan.dtype)
         runs[name] = lambda plan=plan, out=out: plan.run(arrays, out)
-    rule = names[0]
-    if rule not in results:  # the rules' own choice failed: nothing trustworthy to compare to
+    # the results are checked against the rules' lowering's, or where screening left that
+    # out (far too slow), the first candidate's
+    judge = rule if rule in results else next(iter(results), None)
+    if judge is None:  # nothing ran: keep the rules' choice
         return Tuning(rule, rule, {}, rejected)
     for name in list(runs):
-        if not agree(results[name], results[rule], problem.dtype):
-            rejected[name] = "disagreed with the rules' lowering"
+        if not agree(results[name], results[judge], problem.dtype):
+            rejected[name] = "disagreed with the rules' lowering" if judge == rule else f"disagreed with {judge}"
             del runs[name]
-    times = _time(runs)
+    fastest = min((first[n] for n in runs), default=0.0)
+    slow = {n: first[n] for n in runs if first[n] > SLOW_FACTOR * fastest}
+    for name in slow:  # far behind already: its first run (compile included) stands as its time
+        del runs[name]
+    times = {**_time(runs), **slow, **estimates}
     best = min(times, key=times.__getitem__)
-    chosen = best if times[best] < (1 - MARGIN) * times[rule] else rule
+    chosen = best if times[best] < (1 - MARGIN) * times.get(rule, math.inf) else rule
     return Tuning(chosen, rule, {n: round(t * 1e6, 2) for n, t in times.items()}, rejected)
 
 
@@ -148,15 +201,17 @@ def agree(a: np.ndarray, b: np.ndarray, code: str) -> bool:
 
 def _time(runs: dict[str, Any]) -> dict[str, float]:
     """Median seconds per call of each runner, over alternating rounds."""
-    repeats = {}
+    repeats, once = {}, {}
     for name, run in runs.items():  # calls per sample: at least SAMPLE_SECONDS of them
         start = time.perf_counter()
         run()
-        once = max(time.perf_counter() - start, 1e-7)
-        repeats[name] = max(1, min(1000, math.ceil(SAMPLE_SECONDS / once)))
+        once[name] = max(time.perf_counter() - start, 1e-7)
+        repeats[name] = max(1, min(1000, math.ceil(SAMPLE_SECONDS / once[name])))
     samples: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs)
-    for r in range(ROUNDS):
+    per_round = sum(repeats[n] * once[n] for n in runs) or SAMPLE_SECONDS
+    rounds = max(2, min(ROUNDS, int(BUDGET_SECONDS / per_round)))
+    for r in range(rounds):
         for name in order[r % len(order):] + order[: r % len(order)]:  # rotate who goes first
             run, k = runs[name], repeats[name]
             start = time.perf_counter()
