@@ -329,7 +329,7 @@ def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
         add(6, text, fig, met)
     else:
         add(6, text, "not run", None)
-    return out
+    return sorted(out, key=lambda t: int(t["id"]))
 
 
 def targets_text(items: Sequence[dict[str, Any]]) -> str:

@@ -10,7 +10,9 @@
 
 Where the library's bf16/f16 kernels are wrong on the problem
 (:func:`onednn_convt.lowering.rules.backward_weights_f32_only`, guard
-``bf16_backward_weights_short_src``), the two library ops compute in f32.
+``bf16_backward_weights_short_src``), or in f16 far slower than its f32 ones
+(:func:`onednn_convt.lowering.rules.f16_backward_weights_in_f32`), the two library ops
+compute in f32.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ def candidates(p: Problem) -> list[str]:
 
 def build(p: Problem, name: str) -> Lowering:
     """The lowering ``name`` (one of :func:`candidates`) of ``p``."""
-    f32_only = rules.backward_weights_f32_only(p)
-    guard = guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC.name if f32_only else None
+    wrong = rules.backward_weights_f32_only(p)  # the guard: native kernels wrong here
+    f32_only = wrong or rules.f16_backward_weights_in_f32(p)  # ... or far slower
+    guard = guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC.name if wrong else None
     wshape = p.weights_shape
     if name == base.FRAMES:
         library = build(p, rules.backward_weights_kind(p.rank, p.data_format))

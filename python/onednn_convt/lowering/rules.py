@@ -126,6 +126,25 @@ def _backward_weights(p: Problem) -> str:
     return backward_weights_kind(p.rank, p.data_format)
 
 
+#: dispatch ISAs on which oneDNN 3.2's native f16 BackwardWeights kernels are slow (f16 runs
+#: natively from avx512_core_fp16 on)
+SLOW_F16_BACKWARD_WEIGHTS = frozenset({"avx512_core_fp16"}) | guards.AMX
+
+
+def f16_backward_weights_in_f32(p: Problem) -> bool:
+    """Whether an f16 BackwardWeights call computes in f32 because the library's native f16
+    kernels are far slower than its f32 ones on this ISA.
+
+    Measured on a Sapphire Rapids CPU (AVX512-FP16, AMX), 2 threads, ``onednn-convt tune
+    --suite models`` (benchmarks/results/tune_default.json): both library ops in native f16
+    took 90-1,090x the time of the same op computed in f32 on each of the six models layers
+    (15 s against 14 ms a call on the DCGAN 16x16 layer), in NCX and NXC. Not a wrong
+    result: a speed rule, so ``op.guard`` stays None. Under ``ONEDNN_MAX_CPU_ISA=
+    AVX512_CORE_FP16`` see the README's Autotuning figures; below that f16 is emulated
+    anyway."""
+    return p.dtype == "f16" and guards.dispatch_isa() in SLOW_F16_BACKWARD_WEIGHTS
+
+
 def backward_weights_f32_only(p: Problem) -> bool:
     """Whether a BackwardWeights call must compute in f32 (the library's low-precision
     kernels are wrong on it: :func:`onednn_convt.lowering.weights.backward_weights_needs_f32`)."""

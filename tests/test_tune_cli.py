@@ -1,0 +1,56 @@
+"""``onednn-convt tune``: tunes every configuration it names into the cache file, reports the
+choices, and refuses a malformed layers file with a message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onednn_convt import cli
+from onednn_convt.lowering import autotune, tuning_cache
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONEDNN_CONVT_CACHE_DIR", str(tmp_path / "cache"))
+    tuning_cache.forget()
+    before = autotune.enabled()
+    yield tmp_path / "cache"
+    autotune.set_autotune(before)
+    tuning_cache.forget()
+
+
+def test_tune_a_suite(cache_dir, tmp_path, capsys):
+    out = tmp_path / "choices.json"
+    assert cli.main(["tune", "--suite", "tiny", "--dtypes", "f32", "--formats", "NCX", "--json", str(out)]) == 0
+    records = json.loads(out.read_text())["records"]
+    assert [r["key"] for r in records] == [f"tiny/tiny/{op}/f32/NCX" for op in ("fwd", "bwd_d", "bwd_w")]
+    for r in records:  # tiny (k3 s1, groups 1): every op has several candidates
+        assert r["chosen"] in r["times_us"] and r["rule"] in r["times_us"] and not r["cached"]
+    cached = json.loads((cache_dir / tuning_cache.FILE_NAME).read_text())["contexts"][tuning_cache.context()]
+    assert len(cached) == 3
+    table = capsys.readouterr().out
+    assert "tiny/tiny/fwd/f32/NCX" in table and "choices cached in" in table
+    # a second run reads the cache
+    assert cli.main(["tune", "--suite", "tiny", "--dtypes", "f32", "--formats", "NCX", "--json", str(out)]) == 0
+    assert all(r["cached"] for r in json.loads(out.read_text())["records"])
+
+
+def test_tune_layers_from_a_file(cache_dir, tmp_path):
+    layers = tmp_path / "layers.json"
+    layers.write_text(json.dumps([{"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4],
+                                   "stride": 2, "pad": 1}]))
+    out = tmp_path / "choices.json"
+    assert cli.main(["tune", "--layers-json", str(layers), "--ops", "fwd", "--dtypes", "f32,bf16",
+                     "--formats", "NXC", "--json", str(out)]) == 0
+    keys = [r["key"] for r in json.loads(out.read_text())["records"]]
+    assert keys == ["custom/up/fwd/f32/NXC", "custom/up/fwd/bf16/NXC"]
+
+
+@pytest.mark.parametrize("content", ["{}", "[{\"name\": \"x\"}]", "not json"])
+def test_a_malformed_layers_file_is_refused(cache_dir, tmp_path, capsys, content):
+    layers = tmp_path / "layers.json"
+    layers.write_text(content)
+    assert cli.main(["tune", "--layers-json", str(layers)]) == 2
+    assert "expected a JSON list of layers" in capsys.readouterr().err
