@@ -12,7 +12,6 @@ channel count, ``oc`` the dst (= diff_dst) one, ``src``/``dst`` their spatial si
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,11 +99,6 @@ class Problem:
     def depthwise(self) -> bool:
         """One input and one output channel per group."""
         return self.ic == self.groups and self.oc == self.groups
-
-    @property
-    def flops(self) -> int:
-        """2 * N * IC * OC/G * prod(src) * prod(kernel): the multiply-adds of every op, twice."""
-        return 2 * self.n * self.ic * (self.oc // self.groups) * math.prod(self.src) * math.prod(self.kernel)
 
     def library_attrs(self, weights_format: str | None = None) -> dict[str, Any]:
         """The library attributes shared by every lowering onto a convolution-like op."""

@@ -45,7 +45,8 @@ def candidates(p: Problem) -> list[str]:
     """Names of the lowerings that can run ``p`` on this CPU, the rules' choice first."""
     names = _CANDIDATES[p.op](p)
     if p.dtype in ("bf16", "f16") and len(names) > 1:
-        names += [n + IN_F32 for n in names if not _BUILD[p.op](p, n).f32_only and _BUILD[p.op](p, n).kind != MATMUL]
+        built = [_BUILD[p.op](p, n) for n in names]
+        names += [n + IN_F32 for n, low in zip(names, built) if not low.f32_only and low.kind != MATMUL]
     chosen = rule(p)
     assert chosen in names, (chosen, names)
     return [chosen] + [n for n in names if n != chosen]

@@ -67,14 +67,17 @@ _lock = threading.Lock()
 _loaded: dict[Path, dict[str, dict[str, Any]]] = {}
 
 
-def _read(file: Path) -> dict[str, dict[str, Any]]:
-    """The file's contexts; {} (with a warning) when it cannot be trusted."""
+def _read(file: Path, warn: bool = True) -> dict[str, dict[str, Any]]:
+    """The file's contexts; {} (with a warning, unless ``warn`` is false: already given on
+    the first read) when it cannot be trusted."""
     try:
         text = file.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):  # nothing cached yet
         return {}
     except OSError as e:
-        warnings.warn(f"onednn-convt: cannot read the autotuning cache {file} ({e}); tuning again", TuningCacheWarning, 3)
+        if warn:
+            msg = f"onednn-convt: cannot read the autotuning cache {file} ({e}); tuning again"
+            warnings.warn(msg, TuningCacheWarning, 3)
         return {}
     why = None
     try:
@@ -90,6 +93,8 @@ def _read(file: Path) -> dict[str, dict[str, Any]]:
             for entries in data["contexts"].values()
         ):
             why = "its entries are not those this version writes"
+    if why is not None and not warn:
+        return {}
     if why is not None:
         msg = f"onednn-convt: ignoring the autotuning cache {file}: {why}; it is rewritten on the next tuning"
         warnings.warn(msg, TuningCacheWarning, 3)
@@ -130,7 +135,7 @@ def store(key: str, entry: dict[str, Any]) -> None:
         contexts = _loaded.setdefault(file, {})
         contexts.setdefault(ctx, {})[key] = entry
         try:
-            on_disk = _read(file) if file.exists() else {}
+            on_disk = _read(file, warn=False)  # another process's entries, merged in
             for c, entries in contexts.items():
                 on_disk.setdefault(c, {}).update(entries)
             file.parent.mkdir(parents=True, exist_ok=True)
