@@ -67,7 +67,9 @@ from . import base, matmul_backward_weights, matmul_lowering, matmul_tiles, weig
 #: another ISA they still compute the same results (tests/test_isa_matrix.py checks every
 #: level), but which lowering is fastest there has not been measured; info() reports it.
 #: The depthwise stride-1 forward rule alone was re-measured on a Sapphire Rapids CPU under
-#: every ONEDNN_MAX_CPU_ISA level (module docstring), where it disagrees with Zen4 in NCX
+#: every ONEDNN_MAX_CPU_ISA level (module docstring), where it disagrees with Zen4 in NCX;
+#: f16_backward_weights_in_f32 was measured there (avx512_core_amx), by the autotuner
+#: (benchmarks/results/tune_*.json, which also hold every other rule's alternatives there)
 RULES_MEASURED_ON = "avx512_core_bf16"
 
 
