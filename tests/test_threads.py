@@ -228,7 +228,7 @@ def medium_problem(reversed_src: bool = False) -> tuple[Callable[[], np.ndarray]
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4, 4, 32, 64)).astype(np.float32)  # XOI
     op = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1)
-    for batch in (2, 4, 8, 16, 32):
+    for batch in (2, 4, 8, 16, 32, 64):
         x = rng.standard_normal((batch, 64, 64, 64)).astype(np.float32)  # NXC
         if reversed_src:
             x = np.flip(x, 1)
