@@ -10,6 +10,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import onednn_convt  # noqa: E402
+import pytest  # noqa: E402
 
 
 def pytest_report_header(config):  # noqa: ARG001 - pytest hook signature
@@ -31,3 +32,17 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{level}: {ran} random problems ({native} on native kernels), {failed} failed")
         for level, summary in COVERAGE_FILES:
             terminalreporter.write_line(f"{level}: differential test files: {summary}")
+
+
+@pytest.fixture
+def hand_rules(monkeypatch):
+    """The hand-written rules alone (rules.fallback), without the measured table.
+
+    For the modules that check those rules' routes by name (which lowering a guard or a
+    fallback rule sends a problem to) as well as their results: the table's choice for a
+    problem class differs per ISA class and is re-generated from tuning runs. Every
+    lowering the table may pick is checked against the reference by
+    tests/test_lowering_candidates.py, and the table itself by tests/test_rules_table.py."""
+    from onednn_convt.lowering import rules_table
+
+    monkeypatch.setattr(rules_table, "TABLE", {})

@@ -16,7 +16,7 @@ from helpers import assert_close
 
 import onednn_convt as oc
 from onednn_convt import reference
-from onednn_convt.lowering import autotune, base, tuning_cache
+from onednn_convt.lowering import autotune, base, rules_table, tuning_cache
 
 #: a DCGAN-like layer, small (k4 s2 p1): two candidates, ConvolutionBackwardData (the
 #: rules' choice) and ConvTranspose
@@ -26,7 +26,10 @@ SRC, W = (2, 8, 4, 4), (8, 4, 4, 4)
 
 @pytest.fixture
 def tuning(tmp_path, monkeypatch):
-    """Autotuning on, with a cache directory of the test's own."""
+    """Autotuning on, with a cache directory of the test's own, over the hand-written rules
+    (the measured table's choice differs per CPU; which candidate comes first is all the
+    tuner takes from the rules)."""
+    monkeypatch.setattr(rules_table, "TABLE", {})
     monkeypatch.setenv("ONEDNN_CONVT_CACHE_DIR", str(tmp_path))
     tuning_cache.forget()
     before = autotune.enabled()
@@ -50,6 +53,7 @@ def test_first_call_tunes_and_says_so(tuning):
     assert t.rule == base.CONVOLUTION_BACKWARD_DATA
     assert set(t.times_us) == {base.CONVOLUTION_BACKWARD_DATA, base.CONV_TRANSPOSE}
     assert all(v > 0 for v in t.times_us.values()) and t.name in t.times_us
+    assert t.batch == SRC[0]  # a short call: timed on its own batch
     assert op.lowering.endswith(f"(tuned: {t.name})")
     want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS)
     assert_close(got, want, "f32", 8 * 16)
@@ -76,6 +80,21 @@ def test_a_second_op_and_a_second_process_use_the_cache(tuning):
     env = dict(os.environ, ONEDNN_CONVT_AUTOTUNE="1", ONEDNN_CONVT_CACHE_DIR=str(tuning))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", first.tuning.name]
+
+
+def test_a_long_call_is_timed_on_a_smaller_batch(tuning, monkeypatch):
+    monkeypatch.setattr(autotune, "LONG_CALL_SECONDS", 1e-9)  # every call counts as long
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    got = op(x, w)
+    t = op.tuning
+    assert t.batch == 1 and set(t.times_us) == {base.CONVOLUTION_BACKWARD_DATA, base.CONV_TRANSPOSE}
+    assert op.last_plan.lowering.out_shape[0] == SRC[0]  # the call itself runs its own batch
+    want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS)
+    assert_close(got, want, "f32", 8 * 16)
+    again = oc.ConvTranspose(**ATTRS)
+    again(x, w)
+    assert again.tuning.cached and again.tuning.batch == 1
 
 
 def test_off_means_the_rules(tuning):
@@ -139,10 +158,31 @@ def test_a_disagreeing_candidate_is_rejected(tuning, monkeypatch):
     assert op.tuning.name == base.CONVOLUTION_BACKWARD_DATA
 
 
+def test_a_slow_compile_does_not_count_as_a_slow_run(tuning, monkeypatch):
+    """The first-run screen (SLOW_FACTOR) compares runs, not compiles: a candidate that
+    compiles slowly is still timed, at its call's speed."""
+    import time
+
+    from onednn_convt.ops import _Op
+
+    real = _Op._plan_for
+
+    def slow_compile(self, low, *args):
+        if low.name == base.CONV_TRANSPOSE:
+            time.sleep(0.3)
+        return real(self, low, *args)
+
+    monkeypatch.setattr(_Op, "_plan_for", slow_compile)
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    op(x, w)
+    assert op.tuning.times_us[base.CONV_TRANSPOSE] < 0.1e6  # microseconds: not the 0.3 s compile
+
+
 @pytest.mark.parametrize(("other", "chosen"), [(0.97, "rule"), (0.90, "other"), (1.5, "rule")])
 def test_the_rules_choice_stays_unless_another_is_clearly_faster(tuning, monkeypatch, other, chosen):
     """MARGIN: within 5% of the rules' time the rules' lowering is kept (noise cannot flip it)."""
-    def fake_time(runs):
+    def fake_time(runs, once):
         rule, alt = list(runs)
         return {rule: 1e-3, alt: other * 1e-3}
 

@@ -9,6 +9,9 @@ import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
 from onednn_convt import reference
 
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
+
 OP = "ConvTransposeBackwardData"
 
 

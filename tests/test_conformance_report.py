@@ -18,6 +18,9 @@ from onednn_convt.conformance.runner import run_cases
 from test_conformance_harness import BASE
 from test_conformance_runner import OffByOne
 
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
+
 
 @pytest.fixture
 def mixed(tmp_path: Path) -> Path:

@@ -29,6 +29,9 @@ from onednn_convt.conformance.runner import (
 from onednn_convt.errors import OneDNNError
 from test_conformance_harness import BASE, ONEDNN, needs_onednn_files
 
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
+
 
 def base_case(tmp_path: Path, options: str = "") -> Any:
     (tmp_path / "fwd.json").write_text(json.dumps(BASE))

@@ -15,6 +15,9 @@ from helpers import CASE_IDS, CASES, DTYPES, OPS, Config, assert_close, seeded_c
 from onednn_convt import guards
 from onednn_convt.lowering import rules
 
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
+
 CODES = list(DTYPES)
 SUPPORT = oc.info()["dtypes"]
 PICKED = [CASES[CASE_IDS.index(n)] for n in ("1d_op", "2d_groups3_bias", "2d_same_lower_dil", "3d_mixed")]

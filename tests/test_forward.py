@@ -7,6 +7,9 @@ import onednn_convt as oc
 import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
 
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
+
 
 def run_forward(cfg: Config, t: dict[str, np.ndarray], bias: bool) -> tuple[np.ndarray, oc.ConvTranspose]:
     op = oc.ConvTranspose(**cfg.attrs())

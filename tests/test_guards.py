@@ -21,6 +21,10 @@ import onednn_convt as oc
 import pytest
 from helpers import Config, assert_close
 from onednn_convt import guards
+from onednn_convt.lowering import rules
+
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
 
 BWD_D = "ConvTransposeBackwardData"
 
@@ -192,11 +196,11 @@ def test_disabled_guards_route_nothing(amx, monkeypatch):
     ("AVX512_CORE_AMX", ["amx_stride_not_below_kernel", "amx_padding_only_outputs", "bf16_backward_weights_short_src"]),
 ])
 def test_info_names_the_dispatched_isa_and_its_guards(level, expected):
-    code = "import json, onednn_convt as oc; i = oc.info(); print(json.dumps([i['cpu_isa'], [g['name'] for g in i['guards']], i['rules_measured_on']]))"
+    code = "import json, onednn_convt as oc; i = oc.info(); print(json.dumps([i['cpu_isa'], [g['name'] for g in i['guards']], i['rules']]))"
     env = {"ONEDNN_MAX_CPU_ISA": level, "PATH": "", "OMP_WAIT_POLICY": "PASSIVE"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    isa, names, measured_on = json.loads(out.stdout)
-    assert measured_on == "avx512_core_bf16"
+    isa, names, used = json.loads(out.stdout)
+    assert used == {"table": rules.isa_class(isa), "fallback_measured_on": rules.RULES_MEASURED_ON}
     if isa != level.lower():
         pytest.skip(f"this CPU lacks {level}")
     assert names == expected

@@ -4,6 +4,7 @@ and the candidates list what the rules pick and nothing a guard forbids."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -12,8 +13,8 @@ from helpers import CASE_IDS, CASES, OPS, Config, assert_close
 from test_numerics import inputs_of, reference
 
 import onednn_convt as oc
-from onednn_convt import guards, lowering
-from onednn_convt.lowering import base
+from onednn_convt import _core, guards, lowering
+from onednn_convt.lowering import base, rules
 
 FWD, BWD_D, BWD_W = OPS
 
@@ -53,10 +54,13 @@ def call_arrays(op: str, cfg: Config, arrays: list[Any]) -> list[Any]:
     return arrays
 
 
+@pytest.mark.parametrize("threads", ["one", "pool"])
 @pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("cfg", ALL, ids=ALL_IDS)
-def test_every_candidate_matches_the_reference(cfg, op, code):
+def test_every_candidate_matches_the_reference(cfg, op, code, threads):
+    """Compiled for one thread (what these small problems get: rules.single_threaded) and
+    for the thread pool (what larger problems get)."""
     rng = np.random.default_rng(7)
     arrays = inputs_of(op, cfg.tensors(rng, code), cfg)
     instance = op_of(op, cfg)
@@ -66,9 +70,12 @@ def test_every_candidate_matches_the_reference(cfg, op, code):
     assert names[0] == lowering.rule(problem) and len(set(names)) == len(names)
     want = reference(op, cfg, arrays)
     reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
+    _core.clear_cache()  # the cache's partitions of these specs may be the other mode's
     for name in names:
         low = lowering.build(problem, name)
         assert low.name == name or low.f32_only  # a guard's route may fall back to f32
+        assert low.single_thread == (problem.flops <= rules.SINGLE_THREAD_FLOPS)
+        low = replace(low, single_thread=threads == "one")
         got = instance._plan_for(low, given, None, code).run(given, None)
         assert got.dtype == arrays[0].dtype and got.shape == want.shape
         assert_close(got, want, code, reduction, f"{name}: {cfg}")

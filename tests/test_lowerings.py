@@ -14,6 +14,9 @@ import onednn_convt as oc
 from onednn_convt.lowering import base, rules
 from onednn_convt.lowering import weights as lowering_weights
 
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
+
 FWD, BWD_D, BWD_W = OPS
 CONV, CONV_BWD_W = base.CONVOLUTION, base.CONVOLUTION_BACKWARD_WEIGHTS
 CONV_BWD_D = base.CONVOLUTION_BACKWARD_DATA

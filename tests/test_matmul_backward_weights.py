@@ -19,6 +19,9 @@ from helpers import Config, assert_close, random_config
 from onednn_convt.lowering import matmul_backward_weights as mbw
 from onednn_convt.lowering import weights as lowering_weights
 
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
+
 OP = "ConvTransposeBackwardWeights"
 LOW = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 

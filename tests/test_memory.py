@@ -22,6 +22,9 @@ import pytest
 from helpers import emulated_dtype
 from onednn_convt import _core, limits
 
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
+
 MB = 2**20
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -330,3 +330,30 @@ def test_kernels_destroyed_while_threads_that_ran_them_exit():
     proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script], capture_output=True, text=True,
                           timeout=300, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "done", (proc.returncode, proc.stderr[-2000:])
+
+
+@pytest.mark.parametrize("op_name", ["ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights"])
+def test_small_problems_compile_for_one_thread_and_leave_the_thread_count(op_name):
+    """rules.single_threaded: a problem of a few hundred kFLOP is compiled for one thread (no
+    fork and join of the pool); a larger one for the pool; the caller's OpenMP thread
+    count is the same afterwards; both match the reference."""
+    from helpers import assert_close
+    from test_numerics import inputs_of, reference
+
+    from onednn_convt import omp
+    from onednn_convt.lowering import rules
+
+    before = omp.max_threads()
+    for channels, small in ((4, True), (32, False)):
+        cfg = Config(src=(6, 6), kernel=(3, 3), ic=channels, oc=channels, data_format="NCX", weights_format="IOX")
+        arrays = inputs_of(op_name, cfg.tensors(np.random.default_rng(0)), cfg)
+        op = (oc.ConvTranspose(**cfg.attrs()) if op_name == "ConvTranspose" else
+              oc.ConvTransposeBackwardData(**cfg.attrs(op_name)) if op_name == "ConvTransposeBackwardData" else
+              oc.ConvTransposeBackwardWeights(weights_shape=cfg.weights_shape, **cfg.attrs(op_name)))
+        got = op(*arrays)
+        assert op.last_plan.lowering.single_thread is small, (channels, 2 * channels * channels * 9 * 36)
+        assert (2 * cfg.n * channels * channels * 9 * 36 <= rules.SINGLE_THREAD_FLOPS) is small
+        reduction = {"ConvTranspose": cfg.fwd_reduction, "ConvTransposeBackwardData": cfg.bwd_data_reduction,
+                     "ConvTransposeBackwardWeights": cfg.bwd_weights_reduction}[op_name]
+        assert_close(got, reference(op_name, cfg, arrays), "f32", reduction)
+        assert omp.max_threads() == before

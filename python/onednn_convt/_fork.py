@@ -23,11 +23,10 @@ at the moment of the fork, the child may block on the cache's lock; use ``spawn`
 
 from __future__ import annotations
 
-import ctypes
 import os
 from typing import Any, Callable
 
-from . import _core, ops
+from . import _core, omp, ops
 from .info import _library_caches, omp_max_threads
 
 _original_call: Callable[..., Any] | None = None
@@ -51,7 +50,7 @@ def _after_fork_in_child() -> None:
     threads = omp_max_threads()
     if threads is None or threads <= 1:
         return
-    ctypes.CDLL("libgomp.so.1").omp_set_num_threads(1)
+    omp.set_threads(1)
     _core.clear_cache()
     old = _library_caches([0])
     if old:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _core, dtypes, guards
+from . import _core, dtypes, guards, omp
 from .lowering import autotune, rules, tuning_cache
 from .errors import UnsupportedError
 
@@ -18,10 +18,7 @@ _RUNTIMES = {1: "sequential", 2: "OpenMP", 4: "TBB", 8: "threadpool"}
 
 def omp_max_threads() -> int | None:
     """OpenMP's thread count for oneDNN (libgomp), or None if it cannot be read."""
-    try:
-        return int(ctypes.CDLL("libgomp.so.1").omp_get_max_threads())
-    except OSError:
-        return None
+    return omp.max_threads()
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,8 +60,8 @@ def dtype_support() -> dict[str, dict[str, str]]:
 def info() -> dict[str, Any]:
     """oneDNN version and commit, library path, CPU runtime, the ISA oneDNN dispatches to
     (``ONEDNN_MAX_CPU_ISA`` honoured), threads, dtype support, the guards active on that ISA
-    (:mod:`onednn_convt.guards`), the ISA the lowering rules were measured on
-    (:mod:`onednn_convt.lowering.rules`), whether autotuning is on and where its choices are
+    (:mod:`onednn_convt.guards`), which measured rules pick the lowerings
+    (:func:`onednn_convt.lowering.rules.report`), whether autotuning is on and where its choices are
     kept (:mod:`onednn_convt.lowering.autotune`) and the compile cache counters."""
     from . import LIBDNNL_PATH
 
@@ -78,7 +75,7 @@ def info() -> dict[str, Any]:
         "threads": omp_max_threads(),
         "dtypes": dtype_support(),
         "guards": guards.report(),
-        "rules_measured_on": rules.RULES_MEASURED_ON,
+        "rules": rules.report(),
         "autotune": {"enabled": autotune.enabled(), "cache_file": str(tuning_cache.path())},
         "cache": cache_info(),
     }

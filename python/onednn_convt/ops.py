@@ -12,6 +12,7 @@ Layouts: activations are NXC (default) or NCX by ``data_format``; weights are XO
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Sequence, overload
@@ -19,7 +20,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _core, dtypes, fusion, interop, limits, lowering, schema, shapes
+from . import _core, dtypes, fusion, interop, limits, lowering, omp, schema, shapes
 from .lowering import autotune
 from .lowering.base import Lowering
 from .problem import Geometry, Problem
@@ -291,15 +292,19 @@ class _Op:
         code = self._check_dtypes(arrays)
         problem = self._problem(arrays, code)
         tuned = autotune.choice(self, problem) if autotune.enabled() else None
-        chosen = lowering.build(problem, tuned.name if tuned is not None else lowering.rule(problem))
+        chosen = lowering.build(
+            problem, tuned.name if tuned is not None else lowering.rule(problem, native=self.strict)
+        )
         plan = self._plan_for(chosen, arrays, out, code)
         plan.tuning = tuned
         return plan
 
     def _lower(self, arrays: Sequence[Any]) -> Lowering:
-        """The rules' lowering of a call (checked as a call is; for fused calls' core)."""
+        """The hand-written rules' lowering of a call (checked as a call is), the core of a
+        fused call: the measured table times plain calls, and a post-op changes which
+        kernel is fastest (the depthwise rule in :mod:`onednn_convt.lowering.rules`)."""
         problem = self._problem(arrays, dtypes.code_of(arrays[0].dtype) or "")
-        return lowering.build(problem, lowering.rule(problem))
+        return lowering.build(problem, lowering.rules.fallback(problem))
 
     def _plan_for(self, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> _Plan:
         """Compile ``lowering`` for these arrays: natively where the library can, else in f32."""
@@ -349,10 +354,11 @@ class _Op:
             _describe(out, code) if direct and out is not None else (shape, _dense_strides(shape), code)
         )
         at = lowering.weights_arg
-        compiled = _core.compile(
-            lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc,
-            constant=[at] if constant_weights and at is not None else [],
-        )
+        with omp.one_thread() if lowering.single_thread else contextlib.nullcontext():
+            compiled = _core.compile(
+                lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc,
+                constant=[at] if constant_weights and at is not None else [],
+            )
         plan = _Plan(compiled, lowering, dtype, emulated, fixers if any(fixers) else [])
         guard = "" if emulated or code == "f32" else code
         if guard:

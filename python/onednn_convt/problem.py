@@ -12,12 +12,33 @@ channel count, ``oc`` the dst (= diff_dst) one, ``src``/``dst`` their spatial si
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 FORWARD = "ConvTranspose"
 BACKWARD_DATA = "ConvTransposeBackwardData"
 BACKWARD_WEIGHTS = "ConvTransposeBackwardWeights"
+
+#: the shape classes of :func:`shape_class`, the keys of the measured rules table
+#: (:mod:`onednn_convt.lowering.rules_table`)
+SHAPE_CLASSES = ("1d", "depthwise", "grouped", "tiled", "dense")
+
+
+def shape_class(kernel: tuple[int, ...], strides: tuple[int, ...], groups: int, ic: int, oc: int) -> str:
+    """The class of a ConvTranspose shape that the measured rules are keyed by.
+
+    ``"1d"``: one spatial dim; else ``"depthwise"``: one input and one output channel per
+    group; ``"grouped"``: other groups > 1; ``"tiled"``: every stride at least its kernel
+    size (the taps do not overlap: U-Net's k2 s2); ``"dense"``: the rest (DCGAN's k4 s2).
+    """
+    if len(kernel) == 1:
+        return "1d"
+    if groups > 1:
+        return "depthwise" if ic == groups and oc == groups else "grouped"
+    if all(s >= k for s, k in zip(strides, kernel)):
+        return "tiled"
+    return "dense"
 
 
 @dataclass(frozen=True)
@@ -99,6 +120,16 @@ class Problem:
     def depthwise(self) -> bool:
         """One input and one output channel per group."""
         return self.ic == self.groups and self.oc == self.groups
+
+    @property
+    def flops(self) -> int:
+        """2 x the multiply-adds of the op (the same for all three ops of one shape)."""
+        return 2 * self.n * self.ic * (self.oc // self.groups) * math.prod(self.kernel) * math.prod(self.src)
+
+    @property
+    def shape_class(self) -> str:
+        """:func:`shape_class` of this problem."""
+        return shape_class(self.kernel, self.geometry.strides, self.groups, self.ic, self.oc)
 
     def library_attrs(self, weights_format: str | None = None) -> dict[str, Any]:
         """The library attributes shared by every lowering onto a convolution-like op."""

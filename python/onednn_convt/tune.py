@@ -24,7 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import guards
 from .bench import suites
+from .problem import shape_class
 from .bench.cli import _list
 
 
@@ -82,14 +84,19 @@ def tune_config(cfg: suites.Config) -> dict[str, Any]:
     case = cfg.build()
     case.op(*case.args)
     t = case.op.tuning
-    rec: dict[str, Any] = {"key": cfg.key, "lowering": case.op.lowering}
+    lay = cfg.layer
+    rec: dict[str, Any] = {
+        "key": cfg.key, "op": cfg.op, "dtype": cfg.dtype, "data_format": cfg.data_format,
+        "shape_class": shape_class(lay.kernel, (lay.stride,) * len(lay.kernel), lay.groups, lay.ic, lay.oc),
+        "lowering": case.op.lowering,
+    }
     if t is None:
         rec.update(chosen=None, rule=None, note="one candidate (a guard or the rules' only lowering)")
         return rec
     rule_us = t.times_us.get(t.rule)
     rec.update(
         chosen=t.name, rule=t.rule, cached=t.cached, seconds=round(t.seconds, 3), times_us=t.times_us,
-        rejected=t.rejected,
+        rejected=t.rejected, batch=t.batch,
         speedup=None if not rule_us else round(rule_us / t.times_us[t.name], 3),
     )
     return rec
@@ -119,5 +126,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r['key']:<34} {str(r['rule'] or '-'):<30} {str(r['chosen'] or r['lowering']):<30} {speed:>8} {cost:>7}")
     print(f"choices cached in {tuning_cache.path()}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"context": tuning_cache.context(), "records": records}, indent=1))
+        args.json.write_text(json.dumps({"context": tuning_cache.context(), "isa": guards.dispatch_isa(), "records": records}, indent=1))
     return 0

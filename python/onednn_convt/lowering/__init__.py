@@ -11,7 +11,9 @@ package does the rest:
   inputs converted, the f32 kernel, the result rounded), since some of oneDNN 3.2's native
   low-precision kernels are far slower than its f32 ones (f16 BackwardWeights on an
   AVX512-FP16 CPU: 15 s where f32 takes 0.03 s);
-- :func:`onednn_convt.lowering.rules.rule` picks one of them from measured rules;
+- :func:`rule` picks one of them when autotuning is off: the measured table's choice for this
+  ISA class and problem class (:mod:`.rules_table`), else the hand-written rules
+  (:func:`onednn_convt.lowering.rules.fallback`);
 - :mod:`.autotune` (when on) times them all on the first call of each signature and keeps
   the fastest, in a cache that persists across processes;
 - :func:`build` turns a name into the :class:`Lowering` that the op compiles.
@@ -24,8 +26,8 @@ from typing import Callable
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
 from . import backward_data, backward_weights, forward
+from . import rules
 from .base import MATMUL, Lowering
-from .rules import rule
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
 
@@ -43,18 +45,40 @@ _BUILD: dict[str, Callable[[Problem, str], Lowering]] = {
 
 def candidates(p: Problem) -> list[str]:
     """Names of the lowerings that can run ``p`` on this CPU, the rules' choice first."""
+    names = _valid(p)
+    chosen = _choose(p, names)
+    return [chosen] + [n for n in names if n != chosen]
+
+
+def rule(p: Problem, *, native: bool = False) -> str:
+    """The lowering that runs ``p`` when autotuning is off: the measured table's choice
+    (:func:`onednn_convt.lowering.rules.measured`) where it has one that can run ``p``,
+    else the hand-written rules' (:func:`onednn_convt.lowering.rules.fallback`).
+    ``native`` (a ``strict=True`` op): never a table choice computed in f32."""
+    return _choose(p, _valid(p), native)
+
+
+def _choose(p: Problem, names: list[str], native: bool = False) -> str:
+    chosen = rules.measured(p)
+    if chosen not in names or (native and chosen is not None and chosen.endswith(IN_F32)):
+        chosen = rules.fallback(p)
+    assert chosen in names, (chosen, names)
+    return chosen
+
+
+def _valid(p: Problem) -> list[str]:
     names = _CANDIDATES[p.op](p)
     if p.dtype in ("bf16", "f16") and len(names) > 1:
         built = [_BUILD[p.op](p, n) for n in names]
         names += [n + IN_F32 for n, low in zip(names, built) if not low.f32_only and low.kind != MATMUL]
-    chosen = rule(p)
-    assert chosen in names, (chosen, names)
-    return [chosen] + [n for n in names if n != chosen]
+    return names
 
 
 def build(p: Problem, name: str) -> Lowering:
     """The lowering called ``name`` (one of :func:`candidates`) of ``p``."""
+    small = rules.single_threaded(p)
     if name.endswith(IN_F32):
         low = _BUILD[p.op](p, name[: -len(IN_F32)])
-        return replace(low, f32_only=True, name=name)
-    return _BUILD[p.op](p, name)
+        return replace(low, f32_only=True, name=name, single_thread=small)
+    low = _BUILD[p.op](p, name)
+    return replace(low, single_thread=small) if small else low

@@ -10,11 +10,15 @@ environment (read at import), turns it on. The first call of each input signatur
    which may hold Inf or NaN);
 3. drops a candidate whose result disagrees with the rules' choice beyond the dtype's
    rounding (:func:`agree`), or that the library refuses;
-4. times the rest in alternating rounds (each round runs every candidate for about
-   :data:`SAMPLE_SECONDS`; the median of up to :data:`ROUNDS` rounds, fewer where they
-   would pass :data:`BUDGET_SECONDS`; a candidate whose first run took :data:`SLOW_FACTOR`
-   times the fastest one's is not timed further), and keeps the rules' choice unless
-   another is at least :data:`MARGIN` faster (noise does not flip choices);
+4. screens them on a batch of 1 (a candidate :data:`SLOW_FACTOR` times slower than the
+   fastest there is not run at full size), then times the rest in alternating rounds: each
+   round runs every candidate for about :data:`SAMPLE_SECONDS`; the median of up to
+   :data:`ROUNDS` rounds, fewer where they would pass :data:`BUDGET_SECONDS`. A call that
+   would take longer than :data:`LONG_CALL_SECONDS` is timed on a smaller batch. Every
+   candidate's first run pays one-time costs (page faults, scratchpads) and is never
+   timed; one whose second run took :data:`SLOW_FACTOR` times the fastest is not timed
+   further. The rules' choice stays unless another is at least :data:`MARGIN` faster
+   (noise does not flip choices);
 5. stores the choice in the persistent cache (:mod:`.tuning_cache`), so that another
    process with the same oneDNN, ISA and thread count compiles the chosen lowering only.
 
@@ -35,7 +39,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import OneDNNError
 from ..problem import BACKWARD_WEIGHTS, FORWARD, Problem
-from . import build, candidates, tuning_cache
+from . import IN_F32, build, candidates, tuning_cache
 
 if TYPE_CHECKING:
     from ..ops import _Op
@@ -44,10 +48,15 @@ if TYPE_CHECKING:
 ROUNDS = 5
 #: about the most the timing rounds of one problem take, in seconds (at least 2 rounds run)
 BUDGET_SECONDS = 1.0
-#: a candidate whose first run took this many times the fastest first run is not timed further
+#: a candidate whose second run took this many times the fastest one's is not timed further
 SLOW_FACTOR = 4.0
 #: the least time one timed sample of a candidate runs (repeating the call)
 SAMPLE_SECONDS = 0.01
+#: a call estimated (from its batch-1 screening run) to take longer than this, in seconds, is
+#: timed on the smallest batch whose calls take about this long, and its times scaled to the
+#: call's batch: every op's work grows linearly with the batch, and timing a 0.2 s call
+#: (HiFi-GAN) in rounds cost 3-7 s a signature at full size
+LONG_CALL_SECONDS = 0.015
 #: another candidate replaces the rules' choice only when its median is this much lower
 MARGIN = 0.05
 #: largest |difference| between two candidates' results, over the largest |result|, per dtype
@@ -82,10 +91,13 @@ class Tuning:
     Attributes:
         name: the chosen lowering (a name from :func:`onednn_convt.lowering.candidates`).
         rule: the lowering the rules pick.
-        times_us: median call time of each candidate that was timed, in microseconds.
+        times_us: median call time of each candidate that was timed, in microseconds, at the
+            problem's batch (measured on ``batch``, scaled by the ratio of the batches).
         rejected: candidate -> why it was not timed (refused by the library, or disagreed).
         cached: the choice came from the cache file (no timing in this process).
         seconds: what tuning cost this process (compiling and timing; 0 from the cache).
+        batch: the batch the candidates were timed on (the problem's, or smaller for a long
+            call: :data:`LONG_CALL_SECONDS`).
     """
 
     name: str
@@ -94,99 +106,110 @@ class Tuning:
     rejected: dict[str, str] = field(default_factory=dict)
     cached: bool = False
     seconds: float = 0.0
+    batch: int = 0
 
 
 def choice(op: _Op, problem: Problem) -> Optional[Tuning]:
     """The tuned choice for ``problem`` run by ``op`` (None: one candidate, nothing to tune)."""
     names = candidates(problem)
+    if op.strict:  # no emulation asked for: no library op computed in f32 for speed either
+        names = [n for n in names if not n.endswith(IN_F32)]
     if len(names) == 1:
         return None
     key = problem.key() + (" constant-weights" if op._constant_weights else "")
     entry = tuning_cache.lookup(key, names)
     if entry is not None:
-        return Tuning(entry["name"], names[0], dict(entry["times_us"]), dict(entry.get("rejected", {})), cached=True)
+        return Tuning(entry["name"], names[0], dict(entry["times_us"]), dict(entry.get("rejected", {})), cached=True,
+                      batch=int(entry.get("batch", problem.n)))
     start = time.perf_counter()
-    tuning = _measure(op, problem, names)
-    tuning = Tuning(tuning.name, tuning.rule, tuning.times_us, tuning.rejected, False, time.perf_counter() - start)
+    tuning = replace(_measure(op, problem, names), seconds=time.perf_counter() - start)
     tuning_cache.store(key, {"name": tuning.name, "candidates": names, "times_us": tuning.times_us,
-                             "rejected": tuning.rejected})
+                             "rejected": tuning.rejected, "batch": tuning.batch})
     return tuning
 
 
-def _screened(op: _Op, problem: Problem, names: list[str]) -> tuple[list[str], dict[str, float]]:
-    """The candidates worth timing at full size, and the others' estimated seconds: each
-    runs once on a batch of 1 (every op's work grows linearly with the batch), and one
-    whose second run took :data:`SLOW_FACTOR` times the fastest is left out. Some of
+def _screened(op: _Op, problem: Problem, names: list[str]) -> tuple[list[str], dict[str, float], float]:
+    """The candidates worth timing at full size, the others' estimated seconds, and the
+    fastest candidate's batch-1 seconds (0: not screened): each runs twice on a batch of 1
+    (every op's work grows linearly with the batch), and one whose second run took
+    :data:`SLOW_FACTOR` times the fastest's is left out. Some of
     oneDNN 3.2's kernels are three orders of magnitude slower than the others (f16
     BackwardWeights on an AVX512-FP16 CPU: 15 s a call on the DCGAN layer where the f32
     kernel takes 15 ms); this keeps tuning from running them at full size."""
     if problem.n == 1:
-        return names, {}
-    small = _batch_of_one(problem)
+        return names, {}, 0.0
+    small = _with_batch(problem, 1)
     arrays = _inputs(small)
     seconds: dict[str, float] = {}
     for name in names:
         try:
             plan = op._plan_for(build(small, name), arrays, None, small.dtype)
+            plan.run(arrays, None)  # a first run pays one-time costs (page faults, scratchpads)
             start = time.perf_counter()
-            plan.run(arrays, None)  # once: a first run, but the factors it screens for are 100s
+            plan.run(arrays, None)
             seconds[name] = time.perf_counter() - start
         except (OneDNNError, MemoryError, ValueError):
             seconds[name] = 0.0  # judged at full size, where the refusal is recorded
     fastest = min((s for s in seconds.values() if s > 0), default=0.0)
     if not fastest:
-        return names, {}
+        return names, {}, 0.0
     keep = [n for n in names if seconds[n] <= SLOW_FACTOR * fastest]
     estimates = {n: seconds[n] * problem.n for n in names if n not in keep}
-    return keep, estimates
+    return keep, estimates, fastest
 
 
-def _batch_of_one(p: Problem) -> Problem:
-    """``p`` with batch 1 (the activations' first axis in NCX and NXC alike)."""
+def _with_batch(p: Problem, n: int) -> Problem:
+    """``p`` with batch ``n`` (the activations' first axis in NCX and NXC alike)."""
     activations = {0, 1} if p.op == BACKWARD_WEIGHTS else {0}
-    shapes = tuple((1, *s[1:]) if i in activations else s for i, s in enumerate(p.input_shapes))
-    out = p.out_shape if p.op == BACKWARD_WEIGHTS else (1, *p.out_shape[1:])
-    return replace(p, n=1, input_shapes=shapes, out_shape=out)
+    shapes = tuple((n, *s[1:]) if i in activations else s for i, s in enumerate(p.input_shapes))
+    out = p.out_shape if p.op == BACKWARD_WEIGHTS else (n, *p.out_shape[1:])
+    return replace(p, n=n, input_shapes=shapes, out_shape=out)
 
 
-def _measure(op: _Op, problem: Problem, names: list[str]) -> Tuning:
+def _measure(op: _Op, full: Problem, names: list[str]) -> Tuning:
     rule = names[0]
-    names, estimates = _screened(op, problem, names)
+    names, estimates, one = _screened(op, full, names)
+    batch = full.n
+    if one * full.n > LONG_CALL_SECONDS:  # a long call: time a smaller batch
+        batch = max(1, min(full.n, math.ceil(LONG_CALL_SECONDS / one)))
+    problem = _with_batch(full, batch)
     arrays = _inputs(problem)
     if op._constant_weights:  # the private op of a ConstantWeights: its weights are read-only
         arrays[1].flags.writeable = False
     runs: dict[str, Any] = {}
     results: dict[str, np.ndarray] = {}
     rejected: dict[str, str] = {}
-    first: dict[str, float] = {}  # seconds of each candidate's first run (compile included)
+    once: dict[str, float] = {}  # seconds of each candidate's second run
     for name in names:
-        start = time.perf_counter()
         try:
             plan = op._plan_for(build(problem, name), arrays, None, problem.dtype)
             results[name] = np.asarray(plan.run(arrays, None), np.float64)
         except (OneDNNError, MemoryError, ValueError) as e:  # refused here: not a candidate
             rejected[name] = f"{type(e).__name__}: {e}"
             continue
-        first[name] = time.perf_counter() - start
         out = np.empty(plan.lowering.out_shape, plan.dtype)
         runs[name] = lambda plan=plan, out=out: plan.run(arrays, out)
+        start = time.perf_counter()  # the first run paid one-time costs: time the second
+        runs[name]()
+        once[name] = time.perf_counter() - start
     # the results are checked against the rules' lowering's, or where screening left that
     # out (far too slow), the first candidate's
     judge = rule if rule in results else next(iter(results), None)
     if judge is None:  # nothing ran: keep the rules' choice
-        return Tuning(rule, rule, {}, rejected)
+        return Tuning(rule, rule, {}, rejected, batch=batch)
     for name in list(runs):
         if not agree(results[name], results[judge], problem.dtype):
             rejected[name] = "disagreed with the rules' lowering" if judge == rule else f"disagreed with {judge}"
             del runs[name]
-    fastest = min((first[n] for n in runs), default=0.0)
-    slow = {n: first[n] for n in runs if first[n] > SLOW_FACTOR * fastest}
-    for name in slow:  # far behind already: its first run (compile included) stands as its time
+    fastest = min((once[n] for n in runs), default=0.0)
+    slow = {n: once[n] for n in runs if once[n] > SLOW_FACTOR * fastest}
+    for name in slow:  # far behind already: its second run stands as its time
         del runs[name]
-    times = {**_time(runs), **slow, **estimates}
+    scale = full.n / batch
+    times = {**{n: t * scale for n, t in {**_time(runs, once), **slow}.items()}, **estimates}
     best = min(times, key=times.__getitem__)
     chosen = best if times[best] < (1 - MARGIN) * times.get(rule, math.inf) else rule
-    return Tuning(chosen, rule, {n: round(t * 1e6, 2) for n, t in times.items()}, rejected)
+    return Tuning(chosen, rule, {n: round(t * 1e6, 2) for n, t in times.items()}, rejected, batch=batch)
 
 
 def agree(a: np.ndarray, b: np.ndarray, code: str) -> bool:
@@ -199,14 +222,11 @@ def agree(a: np.ndarray, b: np.ndarray, code: str) -> bool:
     return float(np.abs(a - b).max()) <= TOLERANCE.get(code, 1e-4) * scale
 
 
-def _time(runs: dict[str, Any]) -> dict[str, float]:
-    """Median seconds per call of each runner, over alternating rounds."""
-    repeats, once = {}, {}
-    for name, run in runs.items():  # calls per sample: at least SAMPLE_SECONDS of them
-        start = time.perf_counter()
-        run()
-        once[name] = max(time.perf_counter() - start, 1e-7)
-        repeats[name] = max(1, min(1000, math.ceil(SAMPLE_SECONDS / once[name])))
+def _time(runs: dict[str, Any], once: dict[str, float]) -> dict[str, float]:
+    """Median seconds per call of each runner, over alternating rounds (``once``: a run's
+    seconds, for the calls per sample: at least SAMPLE_SECONDS of them)."""
+    once = {name: max(once[name], 1e-7) for name in runs}
+    repeats = {name: max(1, min(1000, math.ceil(SAMPLE_SECONDS / once[name]))) for name in runs}
     samples: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs)
     per_round = sum(repeats[n] * once[n] for n in runs) or SAMPLE_SECONDS

@@ -35,7 +35,7 @@ _GUARDED = (base.SUBSAMPLED, base.TILES, base.ZERO_PADDED_TAPS)
 def candidates(p: Problem) -> list[str]:
     """The names of the lowerings that can run ``p``."""
     g = p.geometry
-    chosen = rules.rule(p)
+    chosen = rules.fallback(p)  # a guard's route, if any
     if chosen in _GUARDED or guards.padding_only_outputs(p.dtype, p.src, p.dst, p.kernel, *g.astuple()[:3]):
         return [chosen]
     if chosen == base.FRAMES and p.kernel[0] >= matmul_lowering.MIN_KERNEL:

@@ -44,6 +44,8 @@ class Lowering:
             (zero-padded taps turn an Inf input into NaN). None: this lowering.
         name: the candidate's name among the problem's lowerings (:mod:`onednn_convt.lowering`),
             e.g. ``"Convolution (flipped weights)"``; the kind when not set.
+        single_thread: compile the library op for one thread (a problem too small to gain
+            from the thread pool: :func:`onednn_convt.lowering.rules.single_threaded`).
     """
 
     kind: str
@@ -59,6 +61,7 @@ class Lowering:
     guard: Optional[str] = None
     exact: Optional[Lowering] = None
     name: str = ""
+    single_thread: bool = False
 
     def library_args(self, arrays: Sequence[Any], emulated: bool) -> list[np.ndarray]:
         """The arrays handed to the library (emulated: f32 copies of the inputs first)."""

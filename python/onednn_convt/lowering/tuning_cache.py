@@ -115,13 +115,14 @@ def _valid(entry: Any) -> bool:
 
 def lookup(key: str, candidates: list[str]) -> Optional[dict[str, Any]]:
     """The cached entry for problem ``key`` in this context, if it was measured among
-    exactly ``candidates`` and chose one of them; else None."""
+    exactly ``candidates`` (in any order: another rules table may put another first) and
+    chose one of them; else None."""
     file = path()
     with _lock:
         if file not in _loaded:
             _loaded[file] = _read(file)
         entry = _loaded[file].get(context(), {}).get(key)
-    if entry is None or entry["candidates"] != candidates or entry["name"] not in candidates:
+    if entry is None or sorted(entry["candidates"]) != sorted(candidates) or entry["name"] not in candidates:
         return None
     return dict(entry)
 

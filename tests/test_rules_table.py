@@ -1,0 +1,115 @@
+"""The measured rules table: its generator (benchmarks/make_rules.py) picks, per ISA class and
+problem class, the candidate with the lowest geometric-mean time over the row's fastest;
+the rules follow the table where it has the problem's class and the name can run the
+problem, and the hand-written fallback elsewhere."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import assert_close
+
+import onednn_convt as oc
+from onednn_convt import guards, lowering, reference
+from onednn_convt.lowering import base, rules, rules_table
+from onednn_convt.problem import BACKWARD_DATA, FORWARD, SHAPE_CLASSES, shape_class
+
+ROOT = Path(__file__).resolve().parents[1]
+ATTRS = dict(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
+
+
+def make_rules():
+    spec = importlib.util.spec_from_file_location("make_rules", ROOT / "benchmarks" / "make_rules.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shape_classes():
+    assert shape_class((16,), (8,), 1, 512, 256) == "1d"
+    assert shape_class((3, 3), (1, 1), 128, 128, 128) == "depthwise"
+    assert shape_class((3, 3), (1, 1), 4, 128, 64) == "grouped"
+    assert shape_class((2, 2), (2, 2), 1, 128, 64) == "tiled"
+    assert shape_class((2, 2, 2), (2, 2, 3), 1, 8, 8) == "tiled"
+    assert shape_class((4, 4), (2, 2), 1, 256, 128) == "dense"
+    assert shape_class((2, 3), (2, 2), 1, 8, 8) == "dense"  # one dim overlaps
+
+
+def test_isa_classes():
+    assert rules.isa_class("avx512_core_amx_fp16") == "avx512_core_amx"
+    assert rules.isa_class("avx512_core_vnni") == "avx512_core"
+    assert rules.isa_class("avx2_vnni") == "avx2"
+    assert rules.isa_class("sse41") is None
+
+
+def test_the_shipped_table_names_candidates_of_known_classes():
+    names = {getattr(base, n) for n in dir(base) if n.isupper() and isinstance(getattr(base, n), str)}
+    assert rules_table.TABLE, "the table is generated from tuning runs and shipped"
+    for cls, entries in rules_table.TABLE.items():
+        assert cls in rules.ISA_CLASSES.values()
+        for (op, dtype, fmt, shape), name in entries.items():
+            assert op in ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
+            assert dtype in ("f32", "bf16", "f16") and fmt in ("NCX", "NXC") and shape in SHAPE_CLASSES
+            assert name.removesuffix(lowering.IN_F32) in names, name
+
+
+def _problem(op, x, w):
+    return op._problem([x, w, None], "f32")
+
+
+def test_the_rules_follow_the_table_where_it_can_run_the_problem(monkeypatch):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 8, 4, 4)).astype(np.float32), rng.standard_normal((8, 4, 4, 4)).astype(np.float32)
+    cls = rules.isa_class(guards.dispatch_isa())
+    if cls is None:
+        pytest.skip("this ISA has no class in the table")
+    key = (FORWARD, "f32", "NCX", "dense")
+    want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS)
+    for name in (base.CONV_TRANSPOSE, base.CONVOLUTION_BACKWARD_DATA):
+        monkeypatch.setitem(rules_table.TABLE, cls, {key: name})
+        op = oc.ConvTranspose(**ATTRS)
+        assert lowering.rule(_problem(op, x, w)) == name
+        assert_close(op(x, w), want, "f32", 8 * 16)
+        assert op.lowering == name
+    # a name that cannot run the problem (no stride-1 flip here): the fallback rules
+    monkeypatch.setitem(rules_table.TABLE, cls, {key: base.FLIPPED_CONVOLUTION})
+    op = oc.ConvTranspose(**ATTRS)
+    assert lowering.rule(_problem(op, x, w)) == rules.fallback(_problem(op, x, w))
+    # another class has no entry: the fallback too
+    monkeypatch.setitem(rules_table.TABLE, cls, {(BACKWARD_DATA, "f32", "NCX", "dense"): base.CONVOLUTION})
+    assert lowering.rule(_problem(op, x, w)) == rules.fallback(_problem(op, x, w))
+
+
+def _record(op, dtype, fmt, cls, layer, times, rejected=None):
+    return {"key": f"models/{layer}/{op}/{dtype}/{fmt}", "op": op, "dtype": dtype, "data_format": fmt,
+            "shape_class": cls, "chosen": min(times, key=times.get), "times_us": times, "rejected": rejected or {}}
+
+
+def test_the_generator_picks_the_lowest_geometric_mean(tmp_path):
+    records = [
+        # A wins one row by 2x, B wins the other by 1.1x: A's geomean 1.05, B's 1.41
+        _record("fwd", "f32", "NCX", "dense", "one", {"A": 100.0, "B": 200.0}),
+        _record("fwd", "f32", "NCX", "dense", "two", {"A": 110.0, "B": 100.0}),
+        # C is fastest but refused in the other row: it cannot be the class's rule
+        _record("bwd_d", "bf16", "NXC", "tiled", "one", {"C": 1.0, "D": 5.0, "E": 6.0}),
+        _record("bwd_d", "bf16", "NXC", "tiled", "two", {"D": 5.0, "E": 4.5}, {"C": "refused"}),
+        # one candidate (a guard's route): no entry
+        {"key": "models/x/bwd_w/f16/NCX", "op": "bwd_w", "dtype": "f16", "data_format": "NCX",
+         "shape_class": "1d", "chosen": None},
+    ]
+    run = tmp_path / "tune.json"
+    run.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
+                               "isa": "avx2_vnni", "records": records}))
+    out = tmp_path / "table.py"
+    assert make_rules().main([str(run), "--out", str(out)]) == 0
+    namespace: dict = {}
+    exec(out.read_text(), namespace)
+    assert namespace["TABLE"] == {"avx2": {
+        ("ConvTranspose", "f32", "NCX", "dense"): "A",
+        ("ConvTransposeBackwardData", "bf16", "NXC", "tiled"): "D",  # geomean 1.05 against E's 1.10
+    }}
+    assert "one, two: 1.05; next B 1.41" in out.read_text()
