@@ -25,8 +25,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
-from . import backward_data, backward_weights, forward
-from . import rules
+from . import backward_data, backward_weights, forward, rules
 from .base import MATMUL, Lowering
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
