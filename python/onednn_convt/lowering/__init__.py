@@ -42,9 +42,10 @@ _BUILD: dict[str, Callable[[Problem, str], Lowering]] = {
 }
 
 
-def candidates(p: Problem) -> list[str]:
-    """Names of the lowerings that can run ``p`` on this CPU, the rules' choice first."""
-    names = _valid(p)
+def candidates(p: Problem, *, native: bool = False) -> list[str]:
+    """Names of the lowerings that can run ``p`` on this CPU, the rules' choice first.
+    ``native`` (a ``strict=True`` op): without the library ops computed in f32 for speed."""
+    names = _valid(p, native)
     chosen = _choose(p, names)
     return [chosen] + [n for n in names if n != chosen]
 
@@ -53,21 +54,21 @@ def rule(p: Problem, *, native: bool = False) -> str:
     """The lowering that runs ``p`` when autotuning is off: the measured table's choice
     (:func:`onednn_convt.lowering.rules.measured`) where it has one that can run ``p``,
     else the hand-written rules' (:func:`onednn_convt.lowering.rules.fallback`).
-    ``native`` (a ``strict=True`` op): never a table choice computed in f32."""
-    return _choose(p, _valid(p), native)
+    ``native`` as for :func:`candidates`."""
+    return _choose(p, _valid(p, native))
 
 
-def _choose(p: Problem, names: list[str], native: bool = False) -> str:
+def _choose(p: Problem, names: list[str]) -> str:
     chosen = rules.measured(p)
-    if chosen not in names or (native and chosen is not None and chosen.endswith(IN_F32)):
+    if chosen not in names:
         chosen = rules.fallback(p)
     assert chosen in names, (chosen, names)
     return chosen
 
 
-def _valid(p: Problem) -> list[str]:
+def _valid(p: Problem, native: bool) -> list[str]:
     names = _CANDIDATES[p.op](p)
-    if p.dtype in ("bf16", "f16") and len(names) > 1:
+    if p.dtype in ("bf16", "f16") and len(names) > 1 and not native:
         built = [_BUILD[p.op](p, n) for n in names]
         names += [n + IN_F32 for n, low in zip(names, built) if not low.f32_only and low.kind != MATMUL]
     return names

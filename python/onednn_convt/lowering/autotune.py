@@ -39,7 +39,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import OneDNNError
 from ..problem import BACKWARD_WEIGHTS, FORWARD, Problem
-from . import IN_F32, build, candidates, tuning_cache
+from . import build, candidates, tuning_cache
 
 if TYPE_CHECKING:
     from ..ops import _Op
@@ -111,9 +111,7 @@ class Tuning:
 
 def choice(op: _Op, problem: Problem) -> Optional[Tuning]:
     """The tuned choice for ``problem`` run by ``op`` (None: one candidate, nothing to tune)."""
-    names = candidates(problem)
-    if op.strict:  # no emulation asked for: no library op computed in f32 for speed either
-        names = [n for n in names if not n.endswith(IN_F32)]
+    names = candidates(problem, native=op.strict)  # strict: no library op in f32 for speed
     if len(names) == 1:
         return None
     key = problem.key() + (" constant-weights" if op._constant_weights else "")
