@@ -51,6 +51,7 @@ dg::op::kind to_op_kind(const std::string &kind) {
             {"Dequantize", dg::op::kind::Dequantize},
             {"Quantize", dg::op::kind::Quantize},
             {"TypeCast", dg::op::kind::TypeCast},
+            {"Reorder", dg::op::kind::Reorder},
             {"Add", dg::op::kind::Add},
             {"Subtract", dg::op::kind::Subtract},
             {"Multiply", dg::op::kind::Multiply},
@@ -125,8 +126,9 @@ std::string find_string(const Attrs &attrs, const char *name, const char *fallba
 // then accepts inconsistent problems (a pads_end of 2^62 passes its consistency check).
 constexpr int64_t kMaxValue = (int64_t{1} << 31) - 1;
 
-// MatMul [batch..., M, K] x [K, N] or [M, K] x [batch..., K, N] -> [batch..., M, N] (the
-// 2-D operand broadcast over the batch), plus an optional bias [N]; no attributes.
+// MatMul [batch..., M, K] x [batch..., K, N] -> [batch..., M, N], the batch dims of equal
+// rank and broadcast NumPy-style (each 1 or the output's; a 2-D operand is broadcast over
+// the other's batch), plus an optional bias [N]; no attributes.
 void check_matmul(const OpSpec &s) {
     const std::string &k = s.kind;
     if (s.inputs.size() < 2 || s.inputs.size() > 3 || !s.attrs.empty())
@@ -135,15 +137,35 @@ void check_matmul(const OpSpec &s) {
                                  s.output.shape.empty() || s.inputs[2].shape[0] != s.output.shape.back()))
         invalid(k, "bias must be 1-D with one value per output column");
     const Dims &a = s.inputs[0].shape, &b = s.inputs[1].shape, &c = s.output.shape;
-    if (a.size() < 2 || b.size() < 2 || (a.size() > 2 && b.size() > 2) || c.size() != std::max(a.size(), b.size()))
+    if (a.size() < 2 || b.size() < 2 || c.size() != std::max(a.size(), b.size()) ||
+        (a.size() > 2 && b.size() > 2 && a.size() != b.size()))
         invalid(k, "unsupported ranks");
     for (const auto *t : {&s.inputs[0], &s.inputs[1], &s.output})
         if (t->shape.size() != t->strides.size()) invalid(k, "shape and strides differ in length");
-    const Dims &batched = a.size() > 2 ? a : b;
     const size_t r = c.size();
-    if (a.back() != b[b.size() - 2] || c[r - 2] != a[a.size() - 2] || c[r - 1] != b.back() ||
-        !std::equal(batched.begin(), batched.end() - 2, c.begin()))
+    if (a.back() != b[b.size() - 2] || c[r - 2] != a[a.size() - 2] || c[r - 1] != b.back())
         invalid(k, "shapes do not multiply");
+    for (const Dims *x : {&a, &b}) {
+        if (x->size() == 2) continue;
+        for (size_t i = 0; i + 2 < r; ++i)
+            if ((*x)[i] != c[i] && (*x)[i] != 1) invalid(k, "batch dims do not broadcast to the output's");
+    }
+    for (size_t i = 0; i + 2 < r; ++i) {  // each output batch dim comes from an operand
+        const bool from_a = a.size() > 2 && a[i] == c[i], from_b = b.size() > 2 && b[i] == c[i];
+        if (!from_a && !from_b) invalid(k, "batch dims do not broadcast to the output's");
+    }
+}
+
+void check_tensor(const std::string &kind, const TensorDesc &t, size_t max_rank = 6);
+
+// Reorder: one input, copied into the output's strides (same shape and dtype), rank up to
+// oneDNN's DNNL_MAX_NDIMS.
+void check_reorder(const OpSpec &s) {
+    if (s.inputs.size() != 1 || !s.attrs.empty()) invalid(s.kind, "takes one input and no attributes");
+    check_tensor(s.kind, s.inputs[0], 12);
+    check_tensor(s.kind, s.output, 12);
+    if (s.inputs[0].shape != s.output.shape || s.inputs[0].dtype != s.output.dtype)
+        invalid(s.kind, "input and output must have the same shape and dtype");
 }
 
 // The checks oneDNN 3.2 itself gets wrong by crashing (SIGFPE, abort, bad_alloc) rather
@@ -151,6 +173,7 @@ void check_matmul(const OpSpec &s) {
 // keep a direct caller of _core from taking the process down.
 void check_arguments(const OpSpec &s) {
     if (s.kind == "MatMul") return check_matmul(s);
+    if (s.kind == "Reorder") return check_reorder(s);
     const std::string &k = s.kind;
     const auto rank = s.output.shape.size();
     if (rank < 3 || rank > 5) invalid(k, "tensors must have rank 3 to 5");
@@ -233,9 +256,9 @@ void set_attrs(dg::op &op, const std::string &kind, const Attrs &attrs) {
     }
 }
 
-void check_tensor(const std::string &kind, const TensorDesc &t) {
-    if (t.shape.empty() || t.shape.size() > 6 || t.shape.size() != t.strides.size())
-        invalid(kind, "tensors must have rank 1 to 6, with one stride per dimension");
+void check_tensor(const std::string &kind, const TensorDesc &t, size_t max_rank) {
+    if (t.shape.empty() || t.shape.size() > max_rank || t.shape.size() != t.strides.size())
+        invalid(kind, "tensors must have rank 1 to " + std::to_string(max_rank) + ", with one stride per dimension");
     for (auto d : t.shape)
         if (d < 1 || d > kMaxValue) invalid(kind, "every dimension must be in [1, 2^31)");
 }
