@@ -239,6 +239,9 @@ def test_tiles_matmul_matches_the_reference(amx, cfg, code, monkeypatch):
          cfg.ref_backward_data(t["diff_dst"], t["weights"]), cfg.bwd_data_reduction),
     ):
         out = np.full(ref.shape, np.nan, t["src"].dtype)
-        for got in (op(*args), op(*args), op(*args, out=out)):
+        # and an out= that is not C-contiguous (every other element of a wider array)
+        strided = np.full((*ref.shape[:-1], 2 * ref.shape[-1]), np.nan, t["src"].dtype)[..., ::2]
+        for got in (op(*args), op(*args), op(*args, out=out), op(*args, out=strided)):
             assert_close(got, ref, code, reduction, f"{op!r} {cfg}")
+        assert strided.base is not None and np.isnan(strided.base[..., 1::2].astype(np.float32)).all()
         assert op.lowering == "MatMul" and op.guard == "amx_stride_not_below_kernel"

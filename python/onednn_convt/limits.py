@@ -225,7 +225,7 @@ def estimate(
     inputs = [arrays[i] for i in low.inputs]
     in_elems = sum(math.prod(a.shape) for a in inputs)
     out_elems = math.prod(low.out_shape)
-    lib_elems = math.prod(low.library_shape) if low.finish is not None else out_elems
+    lib_elems = math.prod(low.library_out_shape)
     parts = {
         "result": 0 if out is not None else out_elems * itemsize,
         "copies of inputs oneDNN cannot describe": sum(

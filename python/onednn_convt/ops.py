@@ -68,16 +68,20 @@ class _Plan:
                 out = limits.nan_filled(low.out_shape, self.dtype) if fill else np.empty(low.out_shape, self.dtype)
             elif fill:
                 out[...] = np.nan
-            self.compiled.execute(args, out)
-            return self._guarded(out, arrays, out)
+            target = _reshaped(out, low.library_shape) if low.library_shape else out
+            if target is not None:
+                self.compiled.execute(args, target)
+                return self._guarded(out, arrays, out)
         compute = np.dtype(np.float32) if self.emulated else self.dtype
-        shape = low.library_shape if low.finish else low.out_shape
+        shape = low.library_out_shape
         result = limits.nan_filled(shape, compute) if fill else np.empty(shape, compute)
         if fill and out is not None:
             out[...] = np.nan
         self.compiled.execute(args, result)
         if low.finish is not None:
             result = low.finish(result, arrays)
+        else:
+            result = result.reshape(low.out_shape)
         if result.dtype == self.dtype:  # a finish that only reshaped the library's result
             if out is not None:
                 np.copyto(out, result)
@@ -95,6 +99,12 @@ class _Plan:
         if self.fallback is None:
             self.fallback = self.make_fallback(arrays)
         return self.fallback.run(arrays, out)
+
+
+def _reshaped(a: np.ndarray, shape: tuple[int, ...]) -> Optional[np.ndarray]:
+    """``a`` viewed with ``shape`` (same elements, C order), or None where ``a`` is not
+    C-contiguous (a reshape would copy)."""
+    return a.reshape(shape) if a.flags.c_contiguous else None
 
 
 def _element_strides(a: np.ndarray) -> Optional[tuple[int, ...]]:
@@ -349,10 +359,11 @@ class _Op:
         fixers = [_fixed_view(a) for a in args]
         fixed = [f(a) if f else a for f, a in zip(fixers, args)]
         direct = not emulated and lowering.finish is None
-        shape = lowering.out_shape if lowering.finish is None else lowering.library_shape
-        out_desc = (
-            _describe(out, code) if direct and out is not None else (shape, _dense_strides(shape), code)
-        )
+        shape = lowering.library_out_shape
+        # out's own strides where the library writes it as given; a reshaped result, dense
+        # (plan.run writes it into out where out is C-contiguous, else copies it there)
+        as_given = direct and out is not None and not lowering.library_shape
+        out_desc = _describe(out, code) if as_given and out is not None else (shape, _dense_strides(shape), code)
         at = lowering.weights_arg
         with omp.one_thread() if lowering.single_thread else contextlib.nullcontext():
             compiled = _core.compile(
@@ -366,12 +377,14 @@ class _Op:
                 return _Op._compile(lowering.exact or lowering, arrays, None, dtype, "f32", True, constant_weights)
 
             plan.make_fallback = make_fallback
-        fast_ok = plan.direct and not plan.fixers and lowering.prepare is None  # arrays go in as given
+        # the executor passes the call's arrays and out as given
+        as_called = lowering.prepare is None and not lowering.library_shape
+        fast_ok = plan.direct and not plan.fixers and as_called
         if fast_ok and (not guard or out_desc[1] == _dense_strides(shape)):
             # with a guard the executor checks the result for Inf/NaN too (a dense one only)
             # the executor takes the call's arrays, so it is told the library's order of them
             plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
-        elif emulated and _core.fast_conversion and lowering.prepare is None and lowering.finish is None:
+        elif emulated and _core.fast_conversion and as_called and lowering.finish is None:
             # C++ converts dense bf16/f16 arrays into per-thread f32 staging memory, runs the
             # f32 op and rounds back: no Python and no fresh f32 buffers per call. Arrays
             # with other strides, and the out= arrays this cannot match, take plan.run.

@@ -46,7 +46,7 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
     args = low.library_args(arrays, plan.emulated)
     if plan.fixers:
         args = [f(a) if f else a for f, a in zip(plan.fixers, args)]
-    shape = low.library_shape if low.finish is not None else low.out_shape
+    shape = low.library_out_shape
     dtype = np.float32 if plan.emulated else plan.dtype
     out = np.empty(shape, dtype)
     compiled = plan.compiled

@@ -28,7 +28,9 @@ class Lowering:
         finish: optional; turns the library's output (of ``library_shape``) and the call's
             inputs into the result, in f32 (rounded afterwards) or, when it only reshapes
             the library's output, in the call's dtype.
-        library_shape: shape of the library's output when ``finish`` is set.
+        library_shape: shape of the library's output where it differs from ``out_shape``
+            (always with ``finish``). Without ``finish`` the library writes the result
+            itself, C-contiguous, in this shape: a reshape of ``out_shape``.
         prepared_elems: elements ``prepare`` allocates (copies it makes; the memory estimate
             counts them in the compute dtype).
         weights_arg: position, among the library's inputs, of the weights (or of the array
@@ -62,6 +64,11 @@ class Lowering:
     exact: Optional[Lowering] = None
     name: str = ""
     single_thread: bool = False
+
+    @property
+    def library_out_shape(self) -> tuple[int, ...]:
+        """The shape of the library's output (``library_shape`` if set, else ``out_shape``)."""
+        return self.library_shape or self.out_shape
 
     def library_args(self, arrays: Sequence[Any], emulated: bool) -> list[np.ndarray]:
         """The arrays handed to the library (emulated: f32 copies of the inputs first)."""

@@ -12,13 +12,14 @@ the same products as the convolution, no zero taps, no overlap. Guarded problems
 this way (guards.AMX_STRIDE_NOT_BELOW_KERNEL): oneDNN 3.2's AMX convolution kernels fail
 with stride >= kernel, its MatMul does not (tests/test_guards.py, the ISA scan).
 
-As in :mod:`onednn_convt.matmul_lowering`, the product is mostly oriented so that the
-weights are read as stored: IOX weights are (IC, OC*K), taps inner; XOI weights are
-(K*OC, IC), taps outer; the activations are laid out to match, in one permuting copy per
-side. (Activations always as the rows, with the weights read through a transposed view,
-measured 1.3-2.3x slower on the U-Net BackwardData layers of benchmarks/guards.py.) The
-exception is the forward with XOI weights in NXC, which reads the (small) weights transposed
-so that its result's channel axis is already innermost for dst (1.7x faster there).
+In NXC the forward writes dst itself: one MatMul whose batch dims broadcast src over the
+taps of all but the last spatial dim and the weights over the positions
+(:func:`_conv_transpose_nxc`). Elsewhere, as in :mod:`onednn_convt.matmul_lowering`, the
+product is oriented so that the weights are read as stored: IOX weights are (IC, OC*K),
+taps inner; XOI weights are (K*OC, IC), taps outer; the activations are laid out to match,
+in one permuting copy per side (:mod:`.permute`: oneDNN's Reorder over the thread pool).
+(Activations always as the rows, with the weights read through a transposed view, measured
+1.3-2.3x slower on the U-Net BackwardData layers of benchmarks/guards.py.)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes
+from .permute import permuted
 
 
 def applies(
@@ -57,27 +59,6 @@ def _split_shape(n: int, c: int, xs: Sequence[int], kernel: Sequence[int], ncx: 
     return (n, c, *pairs) if ncx else (n, *pairs, c)
 
 
-def _permuted(a: np.ndarray, shape: Sequence[int], axes: Sequence[int]) -> np.ndarray:
-    """``a`` reshaped to ``shape`` and its axes permuted, as a new C-contiguous array.
-
-    One copy, of same-size unsigned integers (NumPy copies bf16 element by element). Where
-    the last axis stays last, its elements travel together as one wider integer: NumPy's
-    copy loops run per innermost row, and a kernel-sized innermost row (2 taps) made the
-    copy 6x slower (6.3 ms against 1.0 ms for 2M elements).
-    """
-    size = a.dtype.itemsize
-    src = a.view(f"u{size}").reshape(shape)
-    target = [shape[i] for i in axes]
-    width = size * shape[-1]
-    if axes[-1] == len(shape) - 1 and width in (2, 4, 8) and src.strides[-1] == size and src.flags.aligned:
-        src, axes = src.view(f"u{width}")[..., 0], axes[:-1]
-    else:
-        width = size
-    out = np.empty(target[: len(axes)], f"u{width}")
-    np.copyto(out.transpose(np.argsort(axes)), src)
-    return out.view(f"u{size}").reshape(target).view(a.dtype)
-
-
 def conv_transpose(
     src_shape: Sequence[int], kernel: Sequence[int], oc: int, data_format: str, weights_format: str
 ) -> dict[str, Any]:
@@ -85,53 +66,83 @@ def conv_transpose(
     MatMul's, repeated over the taps of each output channel; in the one form whose result
     has the channels on its rows (XOI weights, NCX) it is added in the finishing step in
     f32, as the 1-D MatMul lowering does."""
-    ncx, iox = data_format == "NCX", weights_format == "IOX"
-    n, xs = src_shape[0], tuple(src_shape[2:] if ncx else src_shape[1:-1])
-    ic = src_shape[1] if ncx else src_shape[-1]
+    if data_format == "NXC":
+        return _conv_transpose_nxc(src_shape, kernel, oc, weights_format)
+    iox = weights_format == "IOX"
+    n, xs, ic = src_shape[0], tuple(src_shape[2:]), src_shape[1]
     r, p, k = len(kernel), math.prod(xs), math.prod(kernel)
-    # the rows (N, P, IC) @ W form, except XOI weights with NCX activations: W (K*OC, IC) @
-    # cols (N, IC, P). In NXC, XOI weights are read transposed (small: oneDNN reorders them)
-    # so that the result's OC axis is already innermost for dst (NXC/XOI U-Net layer: 1.7x
-    # faster than the cols form, whose permuting copy gathers OC from a P-strided axis).
-    rows_form = iox or not ncx
-    # the library's result: (N, x..., OC, k...) for IOX, (N, x..., k..., OC) for XOI rows,
-    # (N, k..., OC, x...) for XOI cols
+    # IOX: rows (N, P, IC) @ W (IC, OC*K), the library's result (N, x..., OC, k...);
+    # XOI: W (K*OC, IC) @ cols (N, IC, P), the library's result (N, k..., OC, x...)
     if iox:
         tiles, x_at, k_at, c_at = (n, *xs, oc, *kernel), range(1, 1 + r), range(2 + r, 2 + 2 * r), 1 + r
-    elif rows_form:
-        tiles, x_at, k_at, c_at = (n, *xs, *kernel, oc), range(1, 1 + r), range(1 + r, 1 + 2 * r), 1 + 2 * r
     else:
         tiles, x_at, k_at, c_at = (n, *kernel, oc, *xs), range(2 + r, 2 + 2 * r), range(1, 1 + r), 1 + r
-    pairs = tuple(v for x, t in zip(x_at, k_at) for v in (x, t))
-    to_dst = (0, c_at, *pairs) if ncx else (0, *pairs, c_at)
-    dst_shape = (n, oc, *(x * t for x, t in zip(xs, kernel))) if ncx else (n, *(x * t for x, t in zip(xs, kernel)), oc)
+    to_dst = (0, c_at, *(v for x, t in zip(x_at, k_at) for v in (x, t)))
+    dst_shape = (n, oc, *(x * t for x, t in zip(xs, kernel)))
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         src, w = args[0], args[1]
-        if rows_form:  # rows (N, P, IC) @ W (IC, OC*K) or W^T (IC, K*OC), + the bias per column
-            rows = src.reshape(n, ic, p).transpose(0, 2, 1) if ncx else src.reshape(n, p, ic)
-            bias = [np.repeat(args[2], k) if iox else np.tile(args[2], k)] if len(args) > 2 else []
-            return [rows, w.reshape(ic, oc * k) if iox else w.reshape(k * oc, ic).T, *bias]
+        if iox:  # rows (N, P, IC) @ W (IC, OC*K), + the bias per column
+            bias = [np.repeat(args[2], k)] if len(args) > 2 else []
+            return [src.reshape(n, ic, p).transpose(0, 2, 1), w.reshape(ic, oc * k), *bias]
         return [w.reshape(k * oc, ic), src.reshape(n, ic, p)]  # W (K*OC, IC) @ cols (N, IC, P)
 
     def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
-        dst = _permuted(out, tiles, to_dst).reshape(dst_shape)
-        bias = arrays[2] if len(arrays) > 2 and not rows_form else None  # rows: the MatMul added it
+        dst = permuted(out, tiles, to_dst).reshape(dst_shape)
+        bias = arrays[2] if len(arrays) > 2 and not iox else None  # IOX: the MatMul added it
         if bias is None:
             return dst
-        shape = (1, oc, *(1,) * r) if ncx else (1,) * (r + 1) + (oc,)
         wide = dtypes.to_f32(dst)  # in C++ (NumPy widens bf16 element by element); dst is ours
         with np.errstate(invalid="ignore", over="ignore"):  # Inf/NaN data: as natively
-            wide += dtypes.to_f32(np.asarray(bias)).reshape(shape)
+            wide += dtypes.to_f32(np.asarray(bias)).reshape(1, oc, *(1,) * r)
         return wide
 
     return {
         "attrs": {},
         "prepare": prepare,
         "finish": finish,
-        "library_shape": (n, p, oc * k) if rows_form else (n, k * oc, p),
+        "library_shape": (n, p, oc * k) if iox else (n, k * oc, p),
         "prepared_elems": 0,  # views only
-        "weights_arg": 1 if rows_form else 0,
+        "weights_arg": 1 if iox else 0,
+    }
+
+
+def _conv_transpose_nxc(
+    src_shape: Sequence[int], kernel: Sequence[int], oc: int, weights_format: str
+) -> dict[str, Any]:
+    """The forward in NXC as one MatMul that writes dst itself, with no permuting copy.
+
+    dst (N, x1, k1, ..., xr, kr, OC) is, per batch index (n*x1, k1, x2, k2, ..., k(r-1)),
+    the product src[n, x1, ..., x(r-1)] (xr, IC) @ W[k1, ..., k(r-1)] (IC, kr*OC): src is
+    broadcast over the taps' batch dims and the weights over the positions'. XOI weights
+    are read in place (a transposed view); IOX weights are copied into that order (small).
+    On a Sapphire Rapids CPU (AMX, bf16) the U-Net layer took 0.92 ms against 1.25 ms for
+    the 2-D MatMul and its permuting copy into dst."""
+    n, xs, ic = src_shape[0], tuple(src_shape[1:-1]), src_shape[-1]
+    r, k = len(kernel), math.prod(kernel)
+    outer, last = kernel[:-1], kernel[-1]
+    # batch dims: (n*x1, k1) then (x_d, k_d) for d < r-1; the first dim holds n
+    pos = tuple(v for x in (n * xs[0], *xs[1:-1]) for v in (x, 1)) if r > 1 else (n,)
+    taps = tuple(v for t in outer for v in (1, t))
+    dst = tuple(v for x, t in zip((n * xs[0], *xs[1:-1]), outer) for v in (x, t)) if r > 1 else (n,)
+    library_shape = (*dst, xs[-1], last * oc)
+
+    def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
+        src, w = args[0], args[1]
+        if weights_format == "XOI":  # (k..., OC, IC): (k(r-1)..., kr*OC, IC), transposed
+            wt = w.reshape(*outer, last * oc, ic).swapaxes(-1, -2)
+        else:  # (IC, OC, k...) -> (k(r-1)..., IC, kr, OC), copied
+            order = (*range(2, 1 + r), 0, 1 + r, 1)
+            wt = np.ascontiguousarray(w.transpose(order)).reshape(*outer, ic, last * oc)
+        bias = [np.tile(args[2], last)] if len(args) > 2 else []
+        return [src.reshape(*pos, xs[-1], ic), wt.reshape(*taps, ic, last * oc), *bias]
+
+    return {
+        "attrs": {},
+        "prepare": prepare,
+        "library_shape": library_shape,
+        "prepared_elems": 0 if weights_format == "XOI" else k * oc * ic,
+        "weights_arg": 1,
     }
 
 
@@ -151,18 +162,18 @@ def conv_transpose_backward_data(
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         dd, w = args[0], args[1]
-        f = _permuted(dd, split, frames)
+        f = permuted(dd, split, frames)
         if iox:  # W (IC, OC*K) @ frames (OC*K, N*P)
             return [w.reshape(ic, oc * k), f.reshape(oc * k, n * p)]
         return [f.reshape(n, p, k * oc), w.reshape(k * oc, ic)]  # frames (N, P, K*OC) @ W (K*OC, IC)
 
     def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
         if iox:  # (IC, N, P)
-            return _permuted(out, (ic, n, p), (1, 0, 2) if ncx else (1, 2, 0)).reshape(
+            return permuted(out, (ic, n, p), (1, 0, 2) if ncx else (1, 2, 0)).reshape(
                 (n, ic, *xs) if ncx else (n, *xs, ic)
             )
         if ncx:  # (N, P, IC)
-            return _permuted(out, (n, p, ic), (0, 2, 1)).reshape(n, ic, *xs)
+            return permuted(out, (n, p, ic), (0, 2, 1)).reshape(n, ic, *xs)
         return out.reshape(n, *xs, ic)
 
     return {
