@@ -390,3 +390,16 @@ def test_fused_suite_runs_alone() -> None:
     assert code == 2 and "runs alone" in stderr
     code, _, stderr = _bench_main(["bench", "--suite", "fused", "--dtypes", "f16"])
     assert code == 2 and "not f16" in stderr
+
+
+def test_allocation_target_leaves_out_matmul_plans_tuned_or_not() -> None:
+    """Target 6 holds native plans to 1 KiB per out= call; MatMul lowerings copy in Python by
+    design, whether the rules or the tuner chose them, and so do emulated dtypes."""
+    def row(lowering: str, emulated: bool = False) -> dict:
+        return {"lowering": lowering, "emulated": emulated}
+
+    assert report.copies_by_design(row("MatMul"))
+    assert report.copies_by_design(row("MatMul (tuned: MatMul (frames))"))
+    assert report.copies_by_design(row("ConvTranspose", emulated=True))
+    assert not report.copies_by_design(row("ConvTranspose (tuned: ConvTranspose)"))
+    assert not report.copies_by_design(row("Convolution (tuned: MatMul (frames))"))
