@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from onednn_convt.lowering.rules import isa_class
+from onednn_convt.bench import suites
 from onednn_convt.problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD
 
 OPS = {"fwd": FORWARD, "bwd_d": BACKWARD_DATA, "bwd_w": BACKWARD_WEIGHTS}
@@ -61,12 +62,24 @@ def score(rows: list[dict[str, float]], name: str, among: set[str]) -> float:
     return math.exp(sum(math.log(r[name] / min(r[n] for n in among)) for r in rows) / len(rows))
 
 
+def record_class(r: dict[str, Any]) -> str:
+    """A record's shape class by today's :func:`onednn_convt.problem.shape_class`, computed
+    from its layer where the record names a suite layer (runs made before a class was
+    added), else as the run recorded it."""
+    suite, layer = r["key"].split("/")[:2]
+    try:
+        lay = next(x for x in suites.layers(suite) if x.name == layer)
+    except (ValueError, StopIteration):
+        return str(r["shape_class"])
+    return lay.shape_class
+
+
 def entries(records: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], tuple[str, str]]:
     """(op, dtype, data_format, shape_class) -> (lowering name, comment) for one ISA class."""
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         if r.get("chosen") is not None and len(r.get("times_us") or {}) > 1:
-            groups[(OPS[r["op"]], r["dtype"], r["data_format"], r["shape_class"])].append(r)
+            groups[(OPS[r["op"]], r["dtype"], r["data_format"], record_class(r))].append(r)
     out = {}
     for key, rows in sorted(groups.items()):
         times = [r["times_us"] for r in rows]

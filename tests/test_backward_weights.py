@@ -10,6 +10,8 @@ from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
 from onednn_convt import ops
 from onednn_convt.lowering import weights as lowering_weights
 
+pytestmark = pytest.mark.usefixtures("hand_rules")  # asserts the hand-written rules' routes
+
 OP = "ConvTransposeBackwardWeights"
 
 

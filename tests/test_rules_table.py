@@ -34,7 +34,9 @@ def test_shape_classes():
     assert shape_class((3, 3), (1, 1), 128, 128, 128) == "depthwise"
     assert shape_class((3, 3), (1, 1), 4, 128, 64) == "grouped"
     assert shape_class((2, 2), (2, 2), 1, 128, 64) == "tiled"
-    assert shape_class((2, 2, 2), (2, 2, 3), 1, 8, 8) == "tiled"
+    assert shape_class((2, 2, 2), (2, 2, 3), 1, 8, 8) == "3d"  # rank first, then the taps
+    assert shape_class((3, 3, 3), (1, 1, 1), 8, 8, 8) == "depthwise"
+    assert shape_class((2, 2), (2, 3), 1, 8, 8) == "tiled"
     assert shape_class((4, 4), (2, 2), 1, 256, 128) == "dense"
     assert shape_class((2, 3), (2, 2), 1, 8, 8) == "dense"  # one dim overlaps
 
@@ -113,3 +115,14 @@ def test_the_generator_picks_the_lowest_geometric_mean(tmp_path):
         ("ConvTransposeBackwardData", "bf16", "NXC", "tiled"): "D",  # geomean 1.05 against E's 1.10
     }}
     assert "one, two: 1.05; next B 1.41" in out.read_text()
+
+
+def test_the_generator_classes_suite_layers_by_todays_shape_class():
+    """A run recorded before a class existed (the 3-D U-Net layer as "tiled") is grouped by
+    the class its layer has now; a layer not in the suites keeps its recorded class."""
+    gen = make_rules()
+    old = _record("bwd_d", "f32", "NCX", "tiled", "conv3d", {"A": 1.0, "B": 2.0})
+    assert gen.record_class(old) == "3d"
+    assert gen.record_class(_record("bwd_d", "f32", "NCX", "tiled", "unet", {"A": 1.0})) == "tiled"
+    assert gen.record_class(_record("bwd_d", "f32", "NCX", "dense", "one", {"A": 1.0})) == "dense"
+    assert list(gen.entries([old])) == [("ConvTransposeBackwardData", "f32", "NCX", "3d")]

@@ -26,7 +26,6 @@ from typing import Any
 
 from . import guards
 from .bench import suites
-from .problem import shape_class
 from .bench.cli import _list
 
 
@@ -87,7 +86,7 @@ def tune_config(cfg: suites.Config) -> dict[str, Any]:
     lay = cfg.layer
     rec: dict[str, Any] = {
         "key": cfg.key, "op": cfg.op, "dtype": cfg.dtype, "data_format": cfg.data_format,
-        "shape_class": shape_class(lay.kernel, (lay.stride,) * len(lay.kernel), lay.groups, lay.ic, lay.oc),
+        "shape_class": lay.shape_class,
         "lowering": case.op.lowering,
     }
     if t is None:
