@@ -53,9 +53,10 @@ SLOW_FACTOR = 4.0
 #: the least time one timed sample of a candidate runs (repeating the call)
 SAMPLE_SECONDS = 0.01
 #: a call estimated (from its batch-1 screening run) to take longer than this, in seconds, is
-#: timed on the smallest batch whose calls take about this long, and its times scaled to the
-#: call's batch: every op's work grows linearly with the batch, and timing a 0.2 s call
-#: (HiFi-GAN) in rounds cost 3-7 s a signature at full size
+#: timed on the largest batch whose calls take at most about this long (at least 1: then the
+#: screening's compiled partitions serve again), and its times scaled to the call's batch:
+#: every op's work grows linearly with the batch, and timing a 0.2 s call (HiFi-GAN) in
+#: rounds cost 3-7 s a signature at full size
 LONG_CALL_SECONDS = 0.015
 #: another candidate replaces the rules' choice only when its median is this much lower
 MARGIN = 0.05
@@ -169,7 +170,7 @@ def _measure(op: _Op, full: Problem, names: list[str]) -> Tuning:
     names, estimates, one = _screened(op, full, names)
     batch = full.n
     if one * full.n > LONG_CALL_SECONDS:  # a long call: time a smaller batch
-        batch = max(1, min(full.n, math.ceil(LONG_CALL_SECONDS / one)))
+        batch = max(1, min(full.n, math.floor(LONG_CALL_SECONDS / one)))
     problem = _with_batch(full, batch)
     arrays = _inputs(problem)
     if op._constant_weights:  # the private op of a ConstantWeights: its weights are read-only
