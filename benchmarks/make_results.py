@@ -53,7 +53,8 @@ def section(path: Path) -> str:
     meta, peak, recs = doc["meta"], doc["peak"], doc["results"]
     title = " + ".join(sorted({r["suite"] for r in recs}))
     rel = path.relative_to(HERE) if path.is_relative_to(HERE) else path
-    lines = [f"## Suite `{title}`", ""]
+    how = ", autotuned" if meta.get("autotune") else ""
+    lines = [f"## Suite `{title}`: ISA {meta.get('cpu_isa', '?')}{how}", ""]
     lines += [f"- {ln}" for ln in report.header_lines(meta, peak)]
     lines += [
         f"- run {meta['date']}, {doc['elapsed_s'] / 60:.1f} min: `onednn-convt {' '.join(meta['argv'])}`",
