@@ -23,905 +23,905 @@ from __future__ import annotations
 
 TABLE: dict[str, dict[tuple[str, str, str, str], str]] = {
     'avx2': {
-        # hifigan: 1.00; next ConvTranspose 1.01
+        # hifigan: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvolutionBackwardData 1.00
-        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvTranspose',
+        # conv3d: 1.00; next ConvolutionBackwardData in f32 1.00
+        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardData',
         # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
-        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvolutionBackwardData',
-        # depthwise: 1.00; next ConvTranspose 1.04
-        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose in f32',
-        # unet: 1.00; next ConvolutionBackwardData in f32 1.09
-        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvTranspose in f32',
+        # depthwise: 1.00; next ConvTranspose in f32 1.01
+        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose',
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.03
+        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvTranspose in f32',
+        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvTranspose',
         # conv3d: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.01
-        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvTranspose',
-        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.01
+        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
+        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.02
         ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData 1.16
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.13
         ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'MatMul (tiles)',
-        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.01
-        ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvTranspose 1.00
+        # hifigan: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvTranspose',
+        # conv3d: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData 1.01
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose in f32',
-        # depthwise: 1.00; next ConvTranspose in f32 1.02
+        # depthwise: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'ConvTranspose',
-        # unet: 1.00; next ConvolutionBackwardData in f32 1.09
-        ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvolutionBackwardData',
+        # unet: 1.00; next ConvTranspose in f32 1.02
+        ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvTranspose',
         # hifigan: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvTranspose 1.01
+        # conv3d: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f16', 'NXC', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
+        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
         # depthwise: 1.00; next Convolution (flipped weights) in f32 1.01
         ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvTranspose in f32 1.16
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.15
         ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'MatMul (tiles)',
-        # hifigan: 1.00; next ConvTranspose 1.00
-        ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvolutionBackwardData 1.00
-        ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvTranspose',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData 1.02
-        ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvTranspose',
-        # depthwise: 1.00; next Convolution (flipped weights) 1.30
-        ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
-        # unet: 1.00; next ConvolutionBackwardData 1.02
-        ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvTranspose',
-        # hifigan: 1.00; next ConvTranspose 1.02
-        ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvolutionBackwardData 1.01
-        ('ConvTranspose', 'f32', 'NXC', '3d'): 'ConvTranspose',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
-        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
-        # depthwise: 1.00; next ConvTranspose 2.77
-        ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData 1.21
-        ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'MatMul (tiles)',
-        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.01
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # conv3d: 1.00; next Convolution 1.00
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.01; next Convolution in f32 1.02
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'Convolution',
-        # depthwise: 1.00; next ConvTransposeBackwardData in f32 1.01
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next ConvTransposeBackwardData in f32 1.03
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.08
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next Convolution 1.01
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.00; next Convolution in f32 1.01
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution',
-        # depthwise: 1.00; next Convolution 1.00
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution in f32',
-        # unet: 1.00; next Convolution in f32 1.01
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution',
-        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # conv3d: 1.00; next Convolution 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.01; next Convolution 1.01
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'Convolution in f32',
-        # depthwise: 1.00; next ConvTransposeBackwardData 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
-        # unet: 1.00; next ConvTransposeBackwardData 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.08
-        ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next Convolution 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.00; next Convolution in f32 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution',
-        # depthwise: 1.00; next Convolution 1.01
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'Convolution in f32',
-        # unet: 1.00; next Convolution 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
-        # hifigan: 1.00; next Convolution 1.56
-        ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.21
-        ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.01; next ConvTransposeBackwardData 1.03
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'Convolution',
-        # depthwise: 1.00; next Convolution 1.42
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next Convolution 1.13
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.12
-        ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next ConvTransposeBackwardData 2.17
-        ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.01; next ConvTransposeBackwardData 1.08
-        ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
-        # depthwise: 1.00; next ConvTransposeBackwardData 2.82
-        ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
-        # unet: 1.00; next ConvTransposeBackwardData 1.51
-        ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.04
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.02; next ConvTransposeBackwardWeights 1.03
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights in f32',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights in f32',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.06
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.02
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.02; next ConvTransposeBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights in f32',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights in f32',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvTransposeBackwardWeights in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.04
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.02; next ConvTransposeBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights in f32',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.00
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.00
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvTransposeBackwardWeights in f32',
-        # dcgan1, dcgan2: 1.02; next ConvTransposeBackwardWeights in f32 1.03
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights in f32 1.01
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.01
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvTransposeBackwardWeights in f32',
-        # hifigan: 1.00; next MatMul (frames) 1.18
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 2.13
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.08
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.87
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next MatMul (frames) 2.27
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.18
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next MatMul (frames) 1.48
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.04; next ConvolutionBackwardWeights 1.08
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 4.60
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights 2.67
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvTransposeBackwardWeights',
-    },
-    'avx512_core': {
-        # hifigan: 1.00; next ConvTranspose in f32 1.23
-        ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
-        # conv3d: 1.00; next ConvTranspose in f32 1.01
-        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.05
-        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvTranspose in f32',
-        # depthwise: 1.00; next ConvTranspose 1.07
-        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose in f32',
-        # unet: 1.00; next ConvTranspose in f32 1.13
-        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
-        # hifigan: 1.00; next ConvTranspose in f32 1.00
-        ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvolutionBackwardData in f32',
-        # conv3d: 1.00; next ConvTranspose in f32 1.02
-        ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.01
-        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
-        # depthwise: 1.00; next Convolution (flipped weights) 1.31
-        ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights) in f32',
-        # unet: 1.00; next ConvolutionBackwardData in f32 1.00
-        ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'ConvTranspose in f32',
-        # hifigan: 1.00; next ConvolutionBackwardData 1.00
-        ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
-        # conv3d: 1.00; next ConvolutionBackwardData in f32 1.00
-        ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvTranspose in f32',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
-        ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose in f32',
-        # depthwise: 1.00; next ConvTranspose in f32 1.01
-        ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'ConvTranspose',
-        # unet: 1.00; next ConvTranspose in f32 1.07
-        ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvolutionBackwardData 1.02
-        ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvTranspose',
-        # conv3d: 1.00; next ConvolutionBackwardData in f32 1.22
-        ('ConvTranspose', 'f16', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
-        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvTranspose',
-        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.01
-        ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData 1.00
-        ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardData in f32',
-        # hifigan: 1.00; next ConvTranspose 1.24
-        ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvTranspose 1.01
+        # hifigan: 1.00; next ConvolutionBackwardData 1.01
+        ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvTranspose',
+        # conv3d: 1.00; next ConvTranspose 1.03
         ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
         ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next Convolution (flipped weights) 1.38
         ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
-        # unet: 1.00; next ConvolutionBackwardData 1.00
-        ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvTranspose',
+        # unet: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvolutionBackwardData',
         # hifigan: 1.00; next ConvolutionBackwardData 1.01
         ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvTranspose',
-        # conv3d: 1.00; next ConvTranspose 1.26
-        ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
+        # conv3d: 1.00; next ConvTranspose 1.03
+        ('ConvTranspose', 'f32', 'NXC', '3d'): 'ConvolutionBackwardData',
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
-        # depthwise: 1.00; next ConvTranspose 2.96
+        # depthwise: 1.00; next ConvTranspose 2.92
         ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData 1.00
-        ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvTranspose',
-        # hifigan: 1.00; next Convolution in f32 1.52
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
-        # conv3d: 1.00; next ConvTransposeBackwardData in f32 1.34
+        # unet: 1.00; next ConvolutionBackwardData 1.24
+        ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'MatMul (tiles)',
+        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.02
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData',
+        # conv3d: 1.00; next Convolution 1.01
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.01; next Convolution in f32 1.06
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
-        # depthwise: 1.00; next ConvTransposeBackwardData 1.09
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
-        # unet: 1.00; next Convolution in f32 1.20
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
-        # hifigan: 1.00; next Convolution in f32 1.44
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData in f32',
-        # conv3d: 1.00; next ConvTransposeBackwardData in f32 2.48
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.02; next ConvTransposeBackwardData in f32 1.08
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution in f32',
-        # depthwise: 1.00; next Convolution 1.33
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution in f32',
-        # unet: 1.00; next ConvTransposeBackwardData in f32 1.56
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.01
-        ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # conv3d: 1.00; next Convolution 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.06; next Convolution 1.06
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
+        # dcgan1, dcgan2: 1.01; next Convolution in f32 1.01
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'Convolution',
         # depthwise: 1.00; next ConvTransposeBackwardData 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
-        # unet: 1.00; next ConvTransposeBackwardData 1.01
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.14
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
+        # unet: 1.00; next ConvTransposeBackwardData in f32 1.00
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
+        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.03
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'MatMul (frames)',
+        # conv3d: 1.00; next Convolution in f32 1.00
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution',
+        # dcgan1, dcgan2: 1.00; next Convolution 1.01
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution in f32',
+        # depthwise: 1.00; next Convolution in f32 1.00
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
+        # unet: 1.00; next Convolution in f32 1.00
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution',
+        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.02
+        ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData',
+        # conv3d: 1.00; next Convolution 1.01
+        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
+        # dcgan1, dcgan2: 1.00; next Convolution 1.01
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'Convolution in f32',
+        # depthwise: 1.00; next ConvTransposeBackwardData in f32 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # unet: 1.00; next ConvTransposeBackwardData in f32 1.09
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
+        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.02
         ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next Convolution in f32 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.05; next Convolution in f32 1.05
+        # dcgan1, dcgan2: 1.00; next Convolution in f32 1.01
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution',
-        # depthwise: 1.00; next Convolution in f32 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'Convolution',
+        # depthwise: 1.00; next Convolution 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'Convolution in f32',
         # unet: 1.00; next Convolution 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
-        # hifigan: 1.00; next Convolution 1.52
+        # hifigan: 1.00; next Convolution 1.37
         ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.58
+        # conv3d: 1.00; next ConvTransposeBackwardData 1.32
         ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.03; next Convolution 1.06
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardData',
-        # depthwise: 1.00; next Convolution 1.34
+        # dcgan1, dcgan2: 1.01; next ConvTransposeBackwardData 1.07
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'Convolution',
+        # depthwise: 1.00; next Convolution 1.43
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next Convolution 1.23
+        # unet: 1.00; next Convolution 1.16
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.31
+        # hifigan: 1.00; next ConvTransposeBackwardData 1.05
         ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next ConvTransposeBackwardData 2.96
+        # conv3d: 1.00; next ConvTransposeBackwardData 2.33
         ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.05; next ConvTransposeBackwardData 1.07
+        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardData 1.15
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
-        # depthwise: 1.00; next ConvTransposeBackwardData 6.33
+        # depthwise: 1.00; next ConvTransposeBackwardData 2.77
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
-        # unet: 1.00; next ConvTransposeBackwardData 1.79
+        # unet: 1.00; next ConvTransposeBackwardData 1.54
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
-        # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.61
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.08
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights in f32',
-        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvolutionBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.09
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights in f32 1.39
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
-        # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.20
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.43
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights in f32',
-        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights in f32 1.14
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.30
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.04
+        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.02
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.02
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
+        # dcgan1, dcgan2: 1.07; next ConvTransposeBackwardWeights 1.07
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights in f32',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.00
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights in f32',
+        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.06
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
+        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.01
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.02
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvTransposeBackwardWeights',
+        # dcgan1, dcgan2: 1.08; next ConvTransposeBackwardWeights in f32 1.10
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.00
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights in f32',
+        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.16
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvTransposeBackwardWeights',
+        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.06; next ConvTransposeBackwardWeights in f32 1.07
+        # dcgan1, dcgan2: 1.08; next ConvTransposeBackwardWeights in f32 1.08
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.02
+        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.03
+        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.05
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights in f32',
-        # dcgan1, dcgan2: 1.08; next ConvolutionBackwardWeights in f32 1.09
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights in f32 1.02
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights in f32 1.01
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.69
+        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.02
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.02
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvTransposeBackwardWeights',
+        # dcgan1, dcgan2: 1.10; next ConvTransposeBackwardWeights in f32 1.12
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.00
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights in f32',
+        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.12
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvTransposeBackwardWeights',
+        # hifigan: 1.00; next MatMul (frames) 1.19
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.12
+        # conv3d: 1.00; next ConvolutionBackwardWeights 2.16
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardWeights 1.09
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.09
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.55
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.91
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights 1.25
+        # unet: 1.00; next MatMul (frames) 2.21
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvolutionBackwardWeights 1.22
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.76
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.03; next ConvTransposeBackwardWeights 1.05
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 2.26
+        # conv3d: 1.00; next MatMul (frames) 1.49
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvTransposeBackwardWeights',
+        # dcgan1, dcgan2: 1.04; next ConvolutionBackwardWeights 1.06
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.74
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.23
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
+        # unet: 1.00; next ConvolutionBackwardWeights 2.78
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvTransposeBackwardWeights',
     },
-    'avx512_core_amx': {
-        # hifigan: 1.00; next ConvTranspose 1.04
-        ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvTranspose 1.06
-        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.02
-        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvolutionBackwardData',
-        # depthwise: 1.00; next ConvTranspose 1.07
-        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData 1.54
-        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'MatMul (tiles)',
-        # hifigan: 1.00; next ConvolutionBackwardData 1.02
-        ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvTranspose',
-        # conv3d: 1.00; next ConvolutionBackwardData 2.07
-        ('ConvTranspose', 'bf16', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData 1.01
-        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvTranspose',
-        # depthwise: 1.00; next Convolution (flipped weights) in f32 2.00
-        ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData 3.68
-        ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'MatMul (tiles)',
-        # hifigan: 1.00; next ConvTranspose in f32 1.06
-        ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
-        # conv3d: 1.00; next ConvolutionBackwardData in f32 1.01
-        ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvTranspose in f32',
-        # dcgan1, dcgan2: 1.12; next ConvTranspose in f32 1.13
-        ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvolutionBackwardData in f32',
-        # depthwise: 1.00; next ConvTranspose in f32 1.47
-        ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData in f32 1.13
-        ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvTranspose in f32',
-        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.04
-        ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvTranspose in f32',
+    'avx512_core': {
+        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.02
+        ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvTranspose in f32',
         # conv3d: 1.00; next ConvTranspose in f32 1.05
-        ('ConvTranspose', 'f16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.12; next ConvTranspose in f32 1.16
-        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
-        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.92
-        ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvTranspose in f32 1.01
-        ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'MatMul (tiles)',
-        # hifigan: 1.00; next ConvTranspose 1.02
-        ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvTranspose 1.01
-        ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData 1.00
-        ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvTranspose',
-        # depthwise: 1.00; next Convolution (flipped weights) 1.42
-        ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
-        # unet: 1.00; next ConvTranspose 1.04
-        ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvolutionBackwardData 1.00
-        ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvTranspose',
-        # conv3d: 1.00; next ConvolutionBackwardData 1.27
-        ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData 1.04
-        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvTranspose',
-        # depthwise: 1.00; next ConvTranspose 3.05
-        ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvTranspose 1.06
-        ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next Convolution 1.73
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # dcgan1, dcgan2: 1.01; next ConvTransposeBackwardData 1.02
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'Convolution',
-        # depthwise: 1.00; next ConvTransposeBackwardData 1.00
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'Convolution',
-        # hifigan: 1.00; next Convolution 1.57
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardData in f32 4.74
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution',
-        # depthwise: 1.00; next Convolution in f32 2.26
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
-        # hifigan: 1.00; next Convolution in f32 1.49
-        ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.00; next Convolution in f32 1.11
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
-        # depthwise: 1.00; next ConvTransposeBackwardData 1.03
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'Convolution',
-        # unet: 1.00; next Convolution in f32 1.31
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.33
-        ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.16
-        ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.05; next Convolution in f32 1.09
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardData in f32',
-        # depthwise: 1.00; next Convolution 1.12
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next ConvTransposeBackwardData 1.35
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
-        # hifigan: 1.00; next Convolution 1.61
-        ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.54
-        ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.02; next Convolution 1.10
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardData',
-        # depthwise: 1.00; next Convolution 1.43
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next Convolution 1.23
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.06
-        ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next ConvTransposeBackwardData 2.82
-        ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.06; next Convolution 1.08
-        ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardData',
-        # depthwise: 1.00; next ConvTransposeBackwardData 4.93
-        ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
-        # unet: 1.00; next ConvTransposeBackwardData 1.68
-        ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.01
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.54; next ConvolutionBackwardWeights 1.54
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.74
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.01
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardWeights',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvolutionBackwardWeights',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.65; next ConvolutionBackwardWeights 1.74
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.34
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.01
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
-        # hifigan: 1.00; next MatMul (frames) 1.20
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.03
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.13; next ConvolutionBackwardWeights 1.21
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.49
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights 1.16
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.14
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.40
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.14; next ConvolutionBackwardWeights 1.17
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.39
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.23
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.64
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.16
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.03; next ConvolutionBackwardWeights 1.12
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.63
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights 1.25
-        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.12
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.75
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.03; next ConvTransposeBackwardWeights 1.04
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 3.93
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.30
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
-    },
-    'avx512_core_bf16': {
-        # hifigan: 1.00; next ConvTranspose in f32 1.16
-        ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
-        # conv3d: 1.00; next ConvTranspose 1.03
-        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardData in f32 1.08
+        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvTranspose in f32',
-        # depthwise: 1.00; next Convolution (flipped weights) 1.09
-        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose',
-        # unet: 1.00; next ConvTranspose 1.02
-        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvTranspose in f32 1.07
-        ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvolutionBackwardData in f32',
-        # conv3d: 1.00; next ConvTranspose in f32 1.03
+        # depthwise: 1.00; next ConvTranspose 1.05
+        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose in f32',
+        # unet: 1.00; next ConvTranspose in f32 1.09
+        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
+        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.00
+        ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvTranspose in f32',
+        # conv3d: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.13; next ConvTranspose in f32 1.18
-        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
-        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.29
-        ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData in f32 1.12
-        ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'ConvTranspose in f32',
-        # hifigan: 1.00; next ConvTranspose in f32 1.03
-        ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvTranspose',
-        # conv3d: 1.00; next ConvolutionBackwardData 1.01
-        ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
         # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.01
-        ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvolutionBackwardData in f32',
-        # depthwise: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
+        # depthwise: 1.00; next Convolution (flipped weights) 1.30
+        ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights) in f32',
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.01
+        ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'ConvTranspose in f32',
+        # hifigan: 1.00; next ConvTranspose 1.02
+        ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData',
+        # conv3d: 1.00; next ConvTranspose in f32 1.01
+        ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose in f32',
+        # depthwise: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'ConvTranspose in f32',
-        # unet: 1.00; next ConvTranspose 1.04
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.02
         ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvTranspose in f32 1.00
+        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvolutionBackwardData 1.22
+        # conv3d: 1.00; next ConvolutionBackwardData 1.19
         ('ConvTranspose', 'f16', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardData 1.01
-        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvTranspose',
-        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.01
-        ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData in f32 1.00
-        ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvTranspose 1.17
-        ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvolutionBackwardData',
-        # conv3d: 1.00; next ConvTranspose 1.03
-        ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
         # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
-        ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvolutionBackwardData',
-        # depthwise: 1.00; next Convolution (flipped weights) 1.35
+        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
+        # depthwise: 1.00; next Convolution (flipped weights) 1.00
+        ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights) in f32',
+        # unet: 1.00; next ConvolutionBackwardData 1.01
+        ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'ConvTranspose',
+        # hifigan: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvolutionBackwardData',
+        # conv3d: 1.00; next ConvTranspose 1.02
+        ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData 1.01
+        ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvTranspose',
+        # depthwise: 1.00; next Convolution (flipped weights) 1.40
         ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
-        # unet: 1.00; next ConvolutionBackwardData 1.06
+        # unet: 1.00; next ConvolutionBackwardData 1.03
         ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvTranspose',
-        # hifigan: 1.00; next ConvolutionBackwardData 1.04
-        ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvTranspose',
-        # conv3d: 1.00; next ConvolutionBackwardData 1.30
+        # hifigan: 1.00; next ConvTranspose 1.03
+        ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvolutionBackwardData',
+        # conv3d: 1.00; next ConvTranspose 1.30
         ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.01; next ConvTranspose 1.01
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
-        # depthwise: 1.00; next ConvTranspose 2.80
+        # depthwise: 1.00; next ConvTranspose 2.87
         ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
         # unet: 1.00; next ConvTranspose 1.04
         ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.04
+        # hifigan: 1.00; next Convolution in f32 1.65
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
-        # conv3d: 1.00; next Convolution in f32 1.02
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.10; next Convolution in f32 1.20
+        # conv3d: 1.00; next ConvTransposeBackwardData in f32 1.36
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution in f32',
+        # dcgan1, dcgan2: 1.03; next Convolution in f32 1.06
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
-        # depthwise: 1.00; next Convolution 1.08
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next Convolution in f32 1.09
+        # depthwise: 1.00; next ConvTransposeBackwardData 1.08
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
+        # unet: 1.00; next Convolution in f32 1.18
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
-        # hifigan: 1.00; next Convolution 1.08
+        # hifigan: 1.00; next Convolution in f32 1.48
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData in f32',
-        # conv3d: 1.00; next Convolution 1.15
+        # conv3d: 1.00; next ConvTransposeBackwardData in f32 2.48
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.10; next ConvTransposeBackwardData in f32 1.17
+        # dcgan1, dcgan2: 1.04; next ConvTransposeBackwardData in f32 1.06
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution in f32',
-        # depthwise: 1.00; next Convolution in f32 1.30
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
-        # unet: 1.00; next Convolution 1.28
+        # depthwise: 1.00; next Convolution 1.32
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution in f32',
+        # unet: 1.00; next ConvTransposeBackwardData in f32 1.53
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.00
-        ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
-        # conv3d: 1.00; next Convolution 1.03
-        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.02; next Convolution 1.02
+        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.01
+        ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData',
+        # conv3d: 1.00; next Convolution in f32 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution',
+        # dcgan1, dcgan2: 1.03; next ConvTransposeBackwardData 1.03
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
-        # depthwise: 1.00; next ConvTransposeBackwardData in f32 1.01
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next ConvTransposeBackwardData in f32 1.00
+        # depthwise: 1.00; next ConvTransposeBackwardData 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
+        # unet: 1.00; next ConvTransposeBackwardData in f32 1.02
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.09
+        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.29
         ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next Convolution 1.01
+        # conv3d: 1.00; next Convolution 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.06; next Convolution in f32 1.06
+        # dcgan1, dcgan2: 1.03; next Convolution in f32 1.04
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution',
         # depthwise: 1.00; next Convolution in f32 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'Convolution',
-        # unet: 1.00; next Convolution 1.00
+        # unet: 1.00; next Convolution 1.01
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
-        # hifigan: 1.00; next Convolution 1.58
+        # hifigan: 1.00; next Convolution 1.68
         ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.56
+        # conv3d: 1.00; next ConvTransposeBackwardData 1.60
         ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.02; next Convolution 1.06
+        # dcgan1, dcgan2: 1.04; next Convolution 1.06
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardData',
-        # depthwise: 1.00; next Convolution 1.35
+        # depthwise: 1.00; next Convolution 1.37
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next Convolution 1.18
+        # unet: 1.00; next Convolution 1.10
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.12
+        # hifigan: 1.00; next ConvTransposeBackwardData 1.32
         ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next ConvTransposeBackwardData 2.98
+        # conv3d: 1.00; next ConvTransposeBackwardData 3.10
         ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.02; next ConvTransposeBackwardData 1.07
+        # dcgan1, dcgan2: 1.06; next ConvTransposeBackwardData 1.08
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
-        # depthwise: 1.00; next ConvTransposeBackwardData 2.97
+        # depthwise: 1.00; next ConvTransposeBackwardData 3.09
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
-        # unet: 1.00; next ConvTransposeBackwardData 1.84
+        # unet: 1.00; next ConvTransposeBackwardData 1.66
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.43
+        # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.58
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.15
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights in f32',
         # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.01
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.71
+        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.08
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.23
+        # unet: 1.00; next ConvolutionBackwardWeights in f32 1.27
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
-        # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.30
+        # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.23
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.17
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.47
+        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.49
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights in f32',
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.00
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvolutionBackwardWeights in f32 1.19
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights 1.13
+        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.22
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.02
+        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.00
+        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.04; next ConvTransposeBackwardWeights in f32 1.08
+        # dcgan1, dcgan2: 1.09; next ConvTransposeBackwardWeights in f32 1.09
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.01
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.11
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.02
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights in f32',
+        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.01
+        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.06
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.10; next ConvTransposeBackwardWeights 1.11
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardWeights in f32',
-        # depthwise: 1.00; next ConvolutionBackwardWeights in f32 1.01
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1, dcgan2: 1.11; next ConvolutionBackwardWeights in f32 1.12
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights in f32',
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.06
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights in f32',
         # unet: 1.00; next ConvolutionBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.62
+        # hifigan: 1.00; next MatMul (frames) 1.38
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.10
+        # conv3d: 1.00; next ConvolutionBackwardWeights 1.15
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.06
+        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardWeights 1.11
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.54
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.56
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights 1.31
+        # unet: 1.00; next ConvolutionBackwardWeights 1.25
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.17
+        # hifigan: 1.00; next ConvolutionBackwardWeights 1.11
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.73
+        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.78
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardWeights 1.06
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 6.06
+        # dcgan1, dcgan2: 1.05; next ConvolutionBackwardWeights 1.07
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 2.27
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.20
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.15
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
     },
-    'avx512_core_fp16': {
-        # hifigan: 1.00; next ConvTranspose in f32 1.19
-        ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
-        # conv3d: 1.00; next ConvolutionBackwardData 1.03
-        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvTranspose',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.06
-        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvolutionBackwardData in f32',
-        # depthwise: 1.00; next Convolution (flipped weights) 1.09
-        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose',
-        # unet: 1.00; next ConvTranspose 1.01
-        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.01
-        ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvTranspose in f32',
-        # conv3d: 1.00; next ConvTranspose in f32 1.01
-        ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.14; next ConvTranspose in f32 1.18
-        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
-        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.39
+    'avx512_core_amx': {
+        # hifigan: 1.00; next ConvTranspose 1.02
+        ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData',
+        # conv3d: 1.00; next ConvolutionBackwardData 1.24
+        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'MatMul (tiles)',
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvolutionBackwardData',
+        # depthwise: 1.00; next ConvTranspose 1.08
+        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'Convolution (flipped weights)',
+        # unet: 1.00; next ConvolutionBackwardData 1.39
+        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'MatMul (tiles)',
+        # hifigan: 1.00; next ConvTranspose 1.04
+        ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvolutionBackwardData',
+        # conv3d: 1.00; next ConvolutionBackwardData 2.25
+        ('ConvTranspose', 'bf16', 'NXC', '3d'): 'MatMul (tiles)',
+        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardData 1.05
+        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvTranspose',
+        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.98
         ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvTranspose in f32 1.10
-        ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardData in f32',
-        # hifigan: 1.00; next ConvTranspose in f32 1.20
+        # unet: 1.00; next ConvolutionBackwardData 4.73
+        ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'MatMul (tiles)',
+        # hifigan: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
-        # conv3d: 1.00; next ConvTranspose in f32 1.03
+        # conv3d: 1.00; next ConvTranspose in f32 1.02
         ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.10; next ConvTranspose in f32 1.16
+        # dcgan1, dcgan2: 1.12; next ConvTranspose in f32 1.15
         ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvolutionBackwardData in f32',
-        # depthwise: 1.00; next ConvTranspose in f32 1.55
+        # depthwise: 1.00; next ConvTranspose in f32 1.52
         ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next MatMul (tiles) 1.07
-        ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
-        # hifigan: 1.00; next ConvTranspose in f32 1.02
+        # unet: 1.00; next ConvTranspose in f32 1.03
+        ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'MatMul (tiles)',
+        # hifigan: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvolutionBackwardData in f32',
         # conv3d: 1.00; next ConvTranspose in f32 1.02
         ('ConvTranspose', 'f16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
         # dcgan1, dcgan2: 1.13; next ConvTranspose in f32 1.15
         ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
-        # depthwise: 1.00; next Convolution (flipped weights) in f32 2.09
+        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.94
         ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvolutionBackwardData in f32 1.03
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'MatMul (tiles)',
-        # hifigan: 1.00; next ConvolutionBackwardData 1.02
+        # hifigan: 1.00; next ConvolutionBackwardData 1.05
         ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvTranspose',
         # conv3d: 1.00; next ConvTranspose 1.02
         ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvolutionBackwardData',
-        # depthwise: 1.00; next Convolution (flipped weights) 1.32
+        # depthwise: 1.00; next Convolution (flipped weights) 1.34
         ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
-        # unet: 1.00; next ConvTranspose 1.13
-        ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvolutionBackwardData 1.01
+        # unet: 1.00; next ConvolutionBackwardData 1.09
+        ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvTranspose',
+        # hifigan: 1.00; next ConvolutionBackwardData 1.05
         ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvTranspose',
-        # conv3d: 1.00; next ConvTranspose 1.32
+        # conv3d: 1.00; next ConvolutionBackwardData 1.29
         ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardData 1.01
-        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvTranspose',
-        # depthwise: 1.00; next ConvTranspose 2.93
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.02
+        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
+        # depthwise: 1.00; next ConvTranspose 3.01
         ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
-        # unet: 1.00; next ConvTranspose 1.04
-        ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.05
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.08
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.10; next ConvTransposeBackwardData 1.21
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
-        # depthwise: 1.00; next Convolution 1.14
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next ConvTransposeBackwardData in f32 1.02
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.01
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData in f32',
-        # conv3d: 1.00; next Convolution 1.06
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.15; next Convolution in f32 1.15
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardData in f32',
-        # depthwise: 1.00; next Convolution in f32 1.43
+        # unet: 1.00; next ConvolutionBackwardData 1.02
+        ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvTranspose',
+        # hifigan: 1.00; next Convolution 1.82
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData',
+        # dcgan1, dcgan2: 1.00; next Convolution 1.04
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData',
+        # depthwise: 1.00; next ConvTransposeBackwardData 1.08
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'Convolution',
+        # hifigan: 1.00; next Convolution 1.51
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData',
+        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardData 1.01
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution',
+        # depthwise: 1.00; next Convolution in f32 1.99
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
-        # unet: 1.00; next Convolution 1.17
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution in f32',
-        # hifigan: 1.00; next Convolution in f32 1.50
+        # hifigan: 1.00; next Convolution in f32 1.56
         ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.04
-        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution',
+        # conv3d: 1.00; next ConvTransposeBackwardData 1.08
+        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
         # dcgan1, dcgan2: 1.00; next Convolution in f32 1.10
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
-        # depthwise: 1.00; next ConvTransposeBackwardData 1.02
+        # depthwise: 1.00; next ConvTransposeBackwardData 1.01
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'Convolution',
-        # unet: 1.00; next Convolution in f32 1.07
+        # unet: 1.00; next ConvTransposeBackwardData 1.15
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
-        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.42
+        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.37
         ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.01
+        # conv3d: 1.00; next ConvTransposeBackwardData 1.16
         ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.03; next Convolution in f32 1.10
+        # dcgan1, dcgan2: 1.07; next Convolution in f32 1.10
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardData in f32',
-        # depthwise: 1.00; next Convolution 1.08
+        # depthwise: 1.00; next Convolution 1.09
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next ConvTransposeBackwardData 1.21
+        # unet: 1.00; next ConvTransposeBackwardData 1.34
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
-        # hifigan: 1.00; next Convolution 1.52
+        # hifigan: 1.00; next Convolution 1.55
         ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # conv3d: 1.00; next ConvTransposeBackwardData 1.38
+        # conv3d: 1.00; next ConvTransposeBackwardData 1.57
         ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.02; next Convolution 1.07
+        # dcgan1, dcgan2: 1.02; next Convolution 1.10
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardData',
-        # depthwise: 1.00; next Convolution 1.35
+        # depthwise: 1.00; next Convolution 1.37
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
-        # unet: 1.00; next Convolution 1.23
+        # unet: 1.00; next Convolution 1.18
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
-        # hifigan: 1.00; next ConvTransposeBackwardData 1.25
+        # hifigan: 1.00; next ConvTransposeBackwardData 1.35
         ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
-        # conv3d: 1.00; next ConvTransposeBackwardData 2.78
+        # conv3d: 1.00; next ConvTransposeBackwardData 3.07
         ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.06; next ConvTransposeBackwardData 1.10
-        ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
-        # depthwise: 1.00; next ConvTransposeBackwardData 5.19
+        # dcgan1, dcgan2: 1.06; next Convolution 1.06
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardData',
+        # depthwise: 1.00; next ConvTransposeBackwardData 4.95
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
-        # unet: 1.00; next ConvTransposeBackwardData 1.65
+        # unet: 1.00; next ConvTransposeBackwardData 1.73
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
-        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.45
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.01
+        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.04
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardWeights',
+        # conv3d: 1.00; next ConvolutionBackwardWeights 1.05
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.04
+        # dcgan1, dcgan2: 1.56; next ConvolutionBackwardWeights 1.58
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.68
+        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.61
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.20
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
-        # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.25
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
-        # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.13
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.00
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardWeights',
+        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.00
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvolutionBackwardWeights',
+        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.01
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.21
+        # dcgan1, dcgan2: 1.67; next ConvTransposeBackwardWeights 1.70
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.04
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights 1.09
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights in f32',
-        # hifigan: 1.00; next MatMul (frames) 1.24
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.01
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
+        # hifigan: 1.00; next MatMul (frames) 1.12
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.04
+        # conv3d: 1.00; next ConvolutionBackwardWeights 1.10
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.18; next MatMul (frames) 1.33
-        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvolutionBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.42
+        # dcgan1, dcgan2: 1.12; next ConvolutionBackwardWeights 1.26
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.46
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
         # unet: 1.00; next ConvolutionBackwardWeights 1.18
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.33
+        # hifigan: 1.00; next ConvolutionBackwardWeights 1.31
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.53
+        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.44
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.13; next ConvTransposeBackwardWeights 1.16
+        # dcgan1, dcgan2: 1.16; next ConvTransposeBackwardWeights 1.18
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.36
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.34
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.25
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.17
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.56
+        # hifigan: 1.00; next MatMul (frames) 1.29
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvolutionBackwardWeights 1.06
+        # conv3d: 1.00; next ConvolutionBackwardWeights 1.12
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.07
+        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardWeights 1.09
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvolutionBackwardWeights 1.51
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.52
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
-        # unet: 1.00; next ConvolutionBackwardWeights 1.18
+        # unet: 1.00; next ConvolutionBackwardWeights 1.20
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
-        # hifigan: 1.00; next ConvolutionBackwardWeights 1.32
+        # hifigan: 1.00; next ConvolutionBackwardWeights 1.20
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
-        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.73
+        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.66
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardWeights 1.05
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
-        # depthwise: 1.00; next ConvTransposeBackwardWeights 2.21
+        # dcgan1, dcgan2: 1.04; next ConvTransposeBackwardWeights 1.05
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 2.11
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
-        # unet: 1.00; next ConvTransposeBackwardWeights 1.19
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.23
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
+    },
+    'avx512_core_bf16': {
+        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.02
+        ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvTranspose in f32',
+        # conv3d: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
+        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvTranspose in f32',
+        # depthwise: 1.00; next Convolution (flipped weights) 1.10
+        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose',
+        # unet: 1.00; next ConvTranspose in f32 1.12
+        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
+        # hifigan: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvolutionBackwardData in f32',
+        # conv3d: 1.00; next ConvTranspose in f32 1.01
+        ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
+        # dcgan1, dcgan2: 1.10; next ConvTranspose in f32 1.12
+        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
+        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.42
+        ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.01
+        ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'ConvTranspose in f32',
+        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.02
+        ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData',
+        # conv3d: 1.00; next ConvolutionBackwardData in f32 1.00
+        ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvolutionBackwardData',
+        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose',
+        # depthwise: 1.00; next ConvTranspose in f32 1.01
+        ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'ConvTranspose',
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.01
+        ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvolutionBackwardData',
+        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.02
+        ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvTranspose in f32',
+        # conv3d: 1.00; next ConvolutionBackwardData 1.18
+        ('ConvTranspose', 'f16', 'NXC', '3d'): 'MatMul (tiles)',
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.01
+        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData',
+        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.01
+        ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.00
+        ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardData',
+        # hifigan: 1.00; next ConvolutionBackwardData 1.03
+        ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvTranspose',
+        # conv3d: 1.00; next ConvTranspose 1.04
+        ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
+        ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvolutionBackwardData',
+        # depthwise: 1.00; next Convolution (flipped weights) 1.39
+        ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
+        # unet: 1.00; next ConvTranspose 1.11
+        ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvolutionBackwardData',
+        # hifigan: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvolutionBackwardData',
+        # conv3d: 1.00; next ConvolutionBackwardData 1.28
+        ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
+        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
+        # depthwise: 1.00; next ConvTranspose 2.72
+        ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # unet: 1.00; next ConvolutionBackwardData 1.01
+        ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvTranspose',
+        # hifigan: 1.00; next ConvTransposeBackwardData 1.11
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
+        # conv3d: 1.00; next Convolution 1.03
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution in f32',
+        # dcgan1, dcgan2: 1.08; next Convolution in f32 1.11
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
+        # depthwise: 1.00; next Convolution 1.10
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # unet: 1.00; next Convolution in f32 1.21
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
+        # hifigan: 1.00; next Convolution 1.08
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData in f32',
+        # conv3d: 1.00; next Convolution 1.18
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution in f32',
+        # dcgan1, dcgan2: 1.08; next ConvTransposeBackwardData in f32 1.13
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution in f32',
+        # depthwise: 1.00; next Convolution in f32 1.42
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
+        # unet: 1.00; next Convolution 1.37
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution in f32',
+        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.02
+        ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData',
+        # conv3d: 1.00; next Convolution in f32 1.02
+        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution',
+        # dcgan1, dcgan2: 1.02; next Convolution in f32 1.02
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'Convolution',
+        # depthwise: 1.00; next ConvTransposeBackwardData 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
+        # unet: 1.00; next ConvTransposeBackwardData 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
+        # hifigan: 1.00; next ConvTransposeBackwardData 1.26
+        ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
+        # conv3d: 1.00; next Convolution in f32 1.02
+        ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution',
+        # dcgan1, dcgan2: 1.03; next Convolution 1.04
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution in f32',
+        # depthwise: 1.00; next Convolution in f32 1.01
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'Convolution',
+        # unet: 1.00; next Convolution 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
+        # hifigan: 1.00; next Convolution 1.61
+        ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
+        # conv3d: 1.00; next ConvTransposeBackwardData 1.50
+        ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
+        # dcgan1, dcgan2: 1.01; next ConvTransposeBackwardData 1.03
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'Convolution',
+        # depthwise: 1.00; next Convolution 1.35
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # unet: 1.00; next Convolution 1.18
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
+        # hifigan: 1.00; next ConvTransposeBackwardData 1.32
+        ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
+        # conv3d: 1.00; next ConvTransposeBackwardData 2.94
+        ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
+        # dcgan1, dcgan2: 1.02; next ConvTransposeBackwardData 1.07
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
+        # depthwise: 1.00; next ConvTransposeBackwardData 2.89
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
+        # unet: 1.00; next ConvTransposeBackwardData 1.67
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
+        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.47
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
+        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.01
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardWeights',
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.06
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.64
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.21
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
+        # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.32
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
+        # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.14
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
+        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardWeights 1.12
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.30
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # unet: 1.00; next ConvolutionBackwardWeights 1.02
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights in f32',
+        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.00
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.01
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
+        # dcgan1, dcgan2: 1.07; next ConvTransposeBackwardWeights in f32 1.08
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.02
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights in f32',
+        # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.02
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
+        # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.05
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvolutionBackwardWeights 1.00
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights in f32',
+        # dcgan1, dcgan2: 1.10; next ConvTransposeBackwardWeights 1.10
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights in f32',
+        # depthwise: 1.00; next ConvolutionBackwardWeights in f32 1.00
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # unet: 1.00; next ConvolutionBackwardWeights in f32 1.01
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
+        # hifigan: 1.00; next MatMul (frames) 1.31
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvolutionBackwardWeights 1.12
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
+        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardWeights 1.09
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.61
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # unet: 1.00; next ConvolutionBackwardWeights 1.22
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
+        # hifigan: 1.00; next ConvolutionBackwardWeights 1.12
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.68
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
+        # dcgan1, dcgan2: 1.06; next ConvTransposeBackwardWeights 1.06
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.95
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.20
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
+    },
+    'avx512_core_fp16': {
+        # hifigan: 1.00; next ConvTranspose in f32 1.01
+        ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
+        # conv3d: 1.00; next ConvolutionBackwardData in f32 1.04
+        ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvTranspose in f32',
+        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.02
+        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvolutionBackwardData in f32',
+        # depthwise: 1.00; next Convolution (flipped weights) 1.08
+        ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose',
+        # unet: 1.00; next ConvTranspose in f32 1.13
+        ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
+        # hifigan: 1.00; next ConvolutionBackwardData in f32 1.01
+        ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvTranspose in f32',
+        # conv3d: 1.00; next ConvTranspose in f32 1.01
+        ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
+        # dcgan1, dcgan2: 1.12; next ConvTranspose in f32 1.13
+        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
+        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.29
+        ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # unet: 1.00; next ConvTranspose in f32 1.03
+        ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardData in f32',
+        # hifigan: 1.00; next ConvTranspose in f32 1.01
+        ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
+        # conv3d: 1.00; next ConvolutionBackwardData in f32 1.03
+        ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvTranspose in f32',
+        # dcgan1, dcgan2: 1.09; next ConvolutionBackwardData in f32 1.10
+        ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose in f32',
+        # depthwise: 1.00; next ConvTranspose in f32 1.52
+        ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'Convolution (flipped weights)',
+        # unet: 1.00; next ConvTranspose in f32 1.08
+        ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
+        # hifigan: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvolutionBackwardData in f32',
+        # conv3d: 1.00; next ConvTranspose in f32 1.02
+        ('ConvTranspose', 'f16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
+        # dcgan1, dcgan2: 1.05; next ConvTranspose in f32 1.05
+        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
+        # depthwise: 1.00; next Convolution (flipped weights) in f32 1.92
+        ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # unet: 1.00; next ConvolutionBackwardData in f32 1.01
+        ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'MatMul (tiles)',
+        # hifigan: 1.00; next ConvTranspose 1.02
+        ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvolutionBackwardData',
+        # conv3d: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvTranspose',
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData 1.01
+        ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvTranspose',
+        # depthwise: 1.00; next Convolution (flipped weights) 1.43
+        ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
+        # unet: 1.00; next ConvolutionBackwardData 1.10
+        ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvTranspose',
+        # hifigan: 1.00; next ConvTranspose 1.02
+        ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvolutionBackwardData',
+        # conv3d: 1.00; next ConvolutionBackwardData 1.24
+        ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
+        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
+        # depthwise: 1.00; next ConvTranspose 3.02
+        ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # unet: 1.00; next ConvolutionBackwardData 1.02
+        ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvTranspose',
+        # hifigan: 1.00; next ConvTransposeBackwardData 1.12
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
+        # conv3d: 1.00; next Convolution 1.07
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution in f32',
+        # dcgan1, dcgan2: 1.11; next Convolution in f32 1.14
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
+        # depthwise: 1.00; next Convolution 1.13
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # unet: 1.00; next ConvTransposeBackwardData 1.13
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
+        # hifigan: 1.00; next Convolution 1.06
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData in f32',
+        # conv3d: 1.00; next Convolution 1.17
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution in f32',
+        # dcgan1, dcgan2: 1.12; next ConvTransposeBackwardData in f32 1.13
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution in f32',
+        # depthwise: 1.00; next Convolution in f32 1.29
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
+        # unet: 1.00; next Convolution 1.36
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution in f32',
+        # hifigan: 1.00; next Convolution in f32 1.67
+        ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
+        # conv3d: 1.00; next ConvTransposeBackwardData 1.03
+        ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
+        # dcgan1, dcgan2: 1.03; next Convolution in f32 1.05
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
+        # depthwise: 1.00; next ConvTransposeBackwardData 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'Convolution',
+        # unet: 1.00; next Convolution in f32 1.22
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
+        # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.46
+        ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
+        # conv3d: 1.00; next ConvTransposeBackwardData 1.17
+        ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution in f32',
+        # dcgan1, dcgan2: 1.05; next ConvTransposeBackwardData in f32 1.06
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution in f32',
+        # depthwise: 1.00; next Convolution 1.10
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'ConvTransposeBackwardData',
+        # unet: 1.00; next ConvTransposeBackwardData 1.39
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
+        # hifigan: 1.00; next Convolution 1.63
+        ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
+        # conv3d: 1.00; next ConvTransposeBackwardData 1.46
+        ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
+        # dcgan1, dcgan2: 1.03; next Convolution 1.06
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardData',
+        # depthwise: 1.00; next Convolution 1.41
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # unet: 1.00; next Convolution 1.26
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
+        # hifigan: 1.00; next ConvTransposeBackwardData 1.27
+        ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
+        # conv3d: 1.00; next ConvTransposeBackwardData 2.85
+        ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
+        # dcgan1, dcgan2: 1.04; next ConvTransposeBackwardData 1.07
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
+        # depthwise: 1.00; next ConvTransposeBackwardData 3.18
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
+        # unet: 1.00; next ConvTransposeBackwardData 1.78
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
+        # hifigan: 1.00; next ConvTransposeBackwardWeights 1.47
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
+        # conv3d: 1.00; next ConvolutionBackwardWeights 1.01
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights in f32',
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.02
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.66
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.01
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
+        # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.37
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
+        # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.13
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
+        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.01
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.09
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # unet: 1.00; next ConvolutionBackwardWeights 1.12
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights in f32',
+        # hifigan: 1.00; next MatMul (frames) 1.14
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvolutionBackwardWeights 1.07
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
+        # dcgan1, dcgan2: 1.10; next ConvolutionBackwardWeights 1.19
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.44
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # unet: 1.00; next ConvolutionBackwardWeights 1.21
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
+        # hifigan: 1.00; next ConvolutionBackwardWeights 1.29
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.39
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
+        # dcgan1, dcgan2: 1.11; next ConvolutionBackwardWeights 1.15
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 1.35
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.14
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
+        # hifigan: 1.00; next MatMul (frames) 1.38
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvolutionBackwardWeights 1.12
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
+        # dcgan1, dcgan2: 1.02; next ConvolutionBackwardWeights 1.05
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # depthwise: 1.00; next ConvolutionBackwardWeights 1.60
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # unet: 1.00; next ConvolutionBackwardWeights 1.25
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
+        # hifigan: 1.00; next ConvolutionBackwardWeights 1.17
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
+        # conv3d: 1.00; next ConvTransposeBackwardWeights 1.56
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
+        # dcgan1, dcgan2: 1.03; next ConvTransposeBackwardWeights 1.07
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
+        # depthwise: 1.00; next ConvTransposeBackwardWeights 2.22
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # unet: 1.00; next ConvTransposeBackwardWeights 1.16
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
     },
 }
