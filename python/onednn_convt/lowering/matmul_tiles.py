@@ -121,10 +121,11 @@ def _conv_transpose_nxc(
     n, xs, ic = src_shape[0], tuple(src_shape[1:-1]), src_shape[-1]
     r, k = len(kernel), math.prod(kernel)
     outer, last = kernel[:-1], kernel[-1]
-    # batch dims: (n*x1, k1) then (x_d, k_d) for d < r-1; the first dim holds n
-    pos = tuple(v for x in (n * xs[0], *xs[1:-1]) for v in (x, 1)) if r > 1 else (n,)
+    # batch dims: (n*x1, k1) then (x_d, k_d) for 1 < d < r; 1-D: n alone
+    lead = (n * xs[0], *xs[1:-1])
+    pos = tuple(v for x in lead for v in (x, 1)) if r > 1 else (n,)
     taps = tuple(v for t in outer for v in (1, t))
-    dst = tuple(v for x, t in zip((n * xs[0], *xs[1:-1]), outer) for v in (x, t)) if r > 1 else (n,)
+    dst = tuple(v for x, t in zip(lead, outer) for v in (x, t)) if r > 1 else (n,)
     library_shape = (*dst, xs[-1], last * oc)
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
