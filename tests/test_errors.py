@@ -167,3 +167,44 @@ def test_functional_cache_does_not_hide_type_errors(name, bad):
     oc.conv_transpose(X, WT, **NCX, **good)
     with pytest.raises(TypeError, match=f"ConvTranspose: attribute '{name}'"):
         oc.conv_transpose(X, WT, **NCX, **{**good, name: bad})
+
+
+def _dense(shape):
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return (list(shape), strides[::-1], "f32")
+
+
+@pytest.mark.parametrize("a,b,c,message", [
+    ((4, 1, 3, 5), (1, 2, 5, 6), (4, 2, 3, 6), None),  # both broadcast: compiles
+    ((4, 1, 3, 5), (1, 2, 5, 6), (4, 3, 3, 6), "batch dims do not broadcast"),
+    ((4, 2, 3, 5), (1, 3, 5, 6), (4, 2, 3, 6), "batch dims do not broadcast"),
+    ((4, 3, 5), (1, 2, 5, 6), (4, 2, 3, 6), "unsupported ranks"),
+    ((4, 1, 3, 5), (1, 2, 4, 6), (4, 2, 3, 6), "shapes do not multiply"),
+])
+def test_core_matmul_batch_dims_broadcast_or_raise(a, b, c, message):
+    """The binding's own MatMul checks (kept from oneDNN 3.2, which can crash on bad shapes):
+    batch dims broadcast NumPy-style from either operand; anything else is a ValueError."""
+    args = ("MatMul", {}, [_dense(a), _dense(b)], _dense(c))
+    if message is None:
+        x = np.random.default_rng(0).standard_normal(a).astype(np.float32)
+        y = np.random.default_rng(1).standard_normal(b).astype(np.float32)
+        out = np.empty(c, np.float32)
+        oc._core.compile(*args).execute([x, y], out)
+        np.testing.assert_allclose(out, np.matmul(x, y), rtol=1e-5, atol=1e-5)
+    else:
+        with pytest.raises(ValueError, match=message):
+            oc._core.compile(*args)
+
+
+def test_core_reorder_copies_into_the_outputs_strides_or_raises():
+    x = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    view = x.transpose(2, 0, 1)
+    src = (list(view.shape), [s // 4 for s in view.strides], "f32")
+    out = np.empty(view.shape, np.float32)
+    oc._core.compile("Reorder", {}, [src], _dense(view.shape)).execute([view], out)
+    assert np.array_equal(out, view)
+    with pytest.raises(ValueError, match="same shape and dtype"):
+        oc._core.compile("Reorder", {}, [src], _dense((4, 2, 4)))
