@@ -116,14 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         threads.add(run["context"].split("threads ")[1].split(";")[0])
     sources = "\n".join(f"- ``benchmarks/results/{p.name}``" for p in args.runs)
     text = HEADER.format(sources=sources, machine=args.machine, threads="/".join(sorted(threads)))
-    for cls in sorted(by_class):
+    table = {cls: entries(by_class[cls]) for cls in sorted(by_class)}
+    for cls, rules in table.items():
         text += f"    {cls!r}: {{\n"
-        for key, (name, comment) in entries(by_class[cls]).items():
+        for key, (name, comment) in rules.items():
             text += f"        # {comment}\n        {key!r}: {name!r},\n"
         text += "    },\n"
     text += "}\n"
     args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}: {sum(len(entries(r)) for r in by_class.values())} entries, classes {sorted(by_class)}")
+    print(f"wrote {args.out}: {sum(len(r) for r in table.values())} entries, classes {sorted(table)}")
     return 0
 
 
