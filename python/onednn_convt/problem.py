@@ -22,10 +22,16 @@ BACKWARD_WEIGHTS = "ConvTransposeBackwardWeights"
 
 #: the shape classes of :func:`shape_class`, the keys of the measured rules table
 #: (:mod:`onednn_convt.lowering.rules_table`)
-SHAPE_CLASSES = ("1d", "depthwise", "grouped", "3d", "tiled", "dense")
+SHAPE_CLASSES = ("1d", "depthwise", "grouped", "3d", "tiled", "small", "dense")
+
+#: src positions (the product of its spatial sizes) up to which a dense 2-D problem is
+#: of class ``"small"`` (8x8)
+SMALL_SRC = 64
 
 
-def shape_class(kernel: tuple[int, ...], strides: tuple[int, ...], groups: int, ic: int, oc: int) -> str:
+def shape_class(
+    kernel: tuple[int, ...], strides: tuple[int, ...], groups: int, ic: int, oc: int, src: tuple[int, ...]
+) -> str:
     """The class of a ConvTranspose shape that the measured rules are keyed by.
 
     ``"1d"``: one spatial dim; else ``"depthwise"``: one input and one output channel per
@@ -33,7 +39,12 @@ def shape_class(kernel: tuple[int, ...], strides: tuple[int, ...], groups: int, 
     own 3-D kernels: on a Sapphire Rapids CPU the 3-D U-Net BackwardData in f32 NCX ran
     fastest as a Convolution, 0.70x the library op's time, and the 2-D one as the library
     op, 0.80x the Convolution's); ``"tiled"``: every stride at least its kernel size (the
-    taps do not overlap: U-Net's k2 s2); ``"dense"``: the rest (DCGAN's k4 s2).
+    taps do not overlap: U-Net's k2 s2); ``"small"``: the rest, where src has at most
+    :data:`SMALL_SRC` positions (the first layers of an image generator: DCGAN's 4x4 src;
+    tuned on a Sapphire Rapids CPU under five ``ONEDNN_MAX_CPU_ISA`` levels, its fastest
+    lowering differed from the 16x16 layer's in 5 to 13 of 18 op/dtype/format rows per
+    level, and its BackwardWeights ran fastest as a MatMul over frames in 19 of 30 rows,
+    the 16x16 layer's in none); ``"dense"``: the rest (DCGAN's 16x16 k4 s2).
     """
     if len(kernel) == 1:
         return "1d"
@@ -43,6 +54,8 @@ def shape_class(kernel: tuple[int, ...], strides: tuple[int, ...], groups: int, 
         return "3d"
     if all(s >= k for s, k in zip(strides, kernel)):
         return "tiled"
+    if math.prod(src) <= SMALL_SRC:
+        return "small"
     return "dense"
 
 
@@ -134,7 +147,7 @@ class Problem:
     @property
     def shape_class(self) -> str:
         """:func:`shape_class` of this problem."""
-        return shape_class(self.kernel, self.geometry.strides, self.groups, self.ic, self.oc)
+        return shape_class(self.kernel, self.geometry.strides, self.groups, self.ic, self.oc, self.src)
 
     def library_attrs(self, weights_format: str | None = None) -> dict[str, Any]:
         """The library attributes shared by every lowering onto a convolution-like op."""

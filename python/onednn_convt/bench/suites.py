@@ -88,7 +88,7 @@ class Layer:
     @property
     def shape_class(self) -> str:
         """:func:`onednn_convt.problem.shape_class` of this layer (the measured rules' key)."""
-        return shape_class(self.kernel, (self.stride,) * len(self.kernel), self.groups, self.ic, self.oc)
+        return shape_class(self.kernel, (self.stride,) * len(self.kernel), self.groups, self.ic, self.oc, self.spatial)
 
     def describe(self) -> str:
         """``N=16 512->256 4x4 k4s2p1`` style summary."""

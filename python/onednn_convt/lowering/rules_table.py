@@ -27,180 +27,216 @@ TABLE: dict[str, dict[tuple[str, str, str, str], str]] = {
         ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
-        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvTranspose in f32',
+        # dcgan2: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next ConvTranspose in f32 1.01
         ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'bf16', 'NCX', 'small'): 'ConvolutionBackwardData in f32',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.03
         ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvTranspose in f32',
         # hifigan: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvTranspose',
         # conv3d: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.00
-        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
+        # dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
+        ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next Convolution (flipped weights) in f32 1.02
         ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'bf16', 'NXC', 'small'): 'ConvolutionBackwardData in f32',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.13
         ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'MatMul (tiles)',
         # hifigan: 1.00; next ConvolutionBackwardData 1.00
         ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvTranspose',
         # conv3d: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
-        ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose in f32',
+        # dcgan2: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose',
         # depthwise: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvTranspose 1.00
+        ('ConvTranspose', 'f16', 'NCX', 'small'): 'ConvTranspose in f32',
         # unet: 1.00; next ConvTranspose in f32 1.02
         ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvTranspose',
         # hifigan: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f16', 'NXC', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.00
-        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
+        # dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
+        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvTranspose in f32',
         # depthwise: 1.00; next Convolution (flipped weights) in f32 1.01
         ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvTranspose in f32 1.01
+        ('ConvTranspose', 'f16', 'NXC', 'small'): 'ConvolutionBackwardData in f32',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.15
         ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'MatMul (tiles)',
         # hifigan: 1.00; next ConvolutionBackwardData 1.01
         ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvTranspose',
         # conv3d: 1.00; next ConvTranspose 1.03
         ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
+        # dcgan2: 1.00; next ConvTranspose 1.01
         ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next Convolution (flipped weights) 1.38
         ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvTranspose 1.00
+        ('ConvTranspose', 'f32', 'NCX', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvTranspose 1.01
         ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvolutionBackwardData',
         # hifigan: 1.00; next ConvolutionBackwardData 1.01
         ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvTranspose',
         # conv3d: 1.00; next ConvTranspose 1.03
         ('ConvTranspose', 'f32', 'NXC', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
+        # dcgan2: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next ConvTranspose 2.92
         ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'f32', 'NXC', 'small'): 'ConvTranspose',
         # unet: 1.00; next ConvolutionBackwardData 1.24
         ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'MatMul (tiles)',
         # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.02
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData',
         # conv3d: 1.00; next Convolution 1.01
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.01; next Convolution in f32 1.01
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'Convolution',
+        # dcgan2: 1.00; next ConvTransposeBackwardData in f32 1.00
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData',
         # depthwise: 1.00; next ConvTransposeBackwardData 1.00
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
+        # dcgan1: 1.00; next Convolution in f32 1.00
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'small'): 'Convolution',
         # unet: 1.00; next ConvTransposeBackwardData in f32 1.00
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
         # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.03
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next Convolution in f32 1.00
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.00; next Convolution 1.01
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution in f32',
+        # dcgan2: 1.00; next Convolution in f32 1.00
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution',
         # depthwise: 1.00; next Convolution in f32 1.00
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next Convolution 1.01
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'small'): 'Convolution in f32',
         # unet: 1.00; next Convolution in f32 1.00
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution',
         # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.02
         ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData',
         # conv3d: 1.00; next Convolution 1.01
         ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.00; next Convolution 1.01
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'Convolution in f32',
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
         # depthwise: 1.00; next ConvTransposeBackwardData in f32 1.00
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next Convolution 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'small'): 'Convolution in f32',
         # unet: 1.00; next ConvTransposeBackwardData in f32 1.09
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
         # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.02
         ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next Convolution in f32 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.00; next Convolution in f32 1.01
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution',
+        # dcgan2: 1.00; next Convolution 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next Convolution 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'Convolution in f32',
+        # dcgan1: 1.00; next Convolution in f32 1.01
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'small'): 'Convolution',
         # unet: 1.00; next Convolution 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
         # hifigan: 1.00; next Convolution 1.37
         ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
         # conv3d: 1.00; next ConvTransposeBackwardData 1.32
         ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.01; next ConvTransposeBackwardData 1.07
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'Convolution',
+        # dcgan2: 1.00; next Convolution 1.02
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardData',
         # depthwise: 1.00; next Convolution 1.43
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next ConvTransposeBackwardData 1.13
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'small'): 'Convolution',
         # unet: 1.00; next Convolution 1.16
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
         # hifigan: 1.00; next ConvTransposeBackwardData 1.05
         ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next ConvTransposeBackwardData 2.33
         ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardData 1.15
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.06
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
         # depthwise: 1.00; next ConvTransposeBackwardData 2.77
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next ConvTransposeBackwardData 1.24
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'small'): 'Convolution',
         # unet: 1.00; next ConvTransposeBackwardData 1.54
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
         # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.07; next ConvTransposeBackwardWeights 1.07
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights 1.02
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights in f32',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.00
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights in f32',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.13
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.06
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.08; next ConvTransposeBackwardWeights in f32 1.10
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights in f32 1.03
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.00
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights in f32',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.17
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.16
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.08; next ConvTransposeBackwardWeights in f32 1.08
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights in f32 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.16
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.05
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.10; next ConvTransposeBackwardWeights in f32 1.12
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights in f32',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.21
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.12
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next MatMul (frames) 1.19
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights 2.16
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.09
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.09
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.91
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 1.08
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'small'): 'ConvTransposeBackwardWeights',
         # unet: 1.00; next MatMul (frames) 2.21
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvolutionBackwardWeights 1.22
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next MatMul (frames) 1.49
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.04; next ConvolutionBackwardWeights 1.06
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.02
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.74
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.09
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvolutionBackwardWeights 2.78
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvTransposeBackwardWeights',
     },
@@ -209,180 +245,216 @@ TABLE: dict[str, dict[tuple[str, str, str, str], str]] = {
         ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvTranspose in f32',
         # conv3d: 1.00; next ConvTranspose in f32 1.05
         ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
+        # dcgan2: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvTranspose in f32',
         # depthwise: 1.00; next ConvTranspose 1.05
         ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose in f32',
+        # dcgan1: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'bf16', 'NCX', 'small'): 'ConvolutionBackwardData in f32',
         # unet: 1.00; next ConvTranspose in f32 1.09
         ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
         # hifigan: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvTranspose in f32',
         # conv3d: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.01
+        # dcgan2: 1.00; next ConvTranspose in f32 1.02
         ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
         # depthwise: 1.00; next Convolution (flipped weights) 1.30
         ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights) in f32',
+        # dcgan1: 1.00; next ConvTranspose in f32 1.01
+        ('ConvTranspose', 'bf16', 'NXC', 'small'): 'ConvolutionBackwardData in f32',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'ConvTranspose in f32',
         # hifigan: 1.00; next ConvTranspose 1.02
         ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvTranspose in f32 1.01
         ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
+        # dcgan2: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose in f32',
         # depthwise: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'ConvTranspose in f32',
+        # dcgan1: 1.00; next ConvolutionBackwardData in f32 1.00
+        ('ConvTranspose', 'f16', 'NCX', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.02
         ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvolutionBackwardData',
         # hifigan: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvolutionBackwardData 1.19
         ('ConvTranspose', 'f16', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
+        # dcgan2: 1.00; next ConvTranspose 1.01
         ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
         # depthwise: 1.00; next Convolution (flipped weights) 1.00
         ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights) in f32',
+        # dcgan1: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'f16', 'NXC', 'small'): 'ConvTranspose',
         # unet: 1.00; next ConvolutionBackwardData 1.01
         ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'ConvTranspose',
         # hifigan: 1.00; next ConvTranspose 1.01
         ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvTranspose 1.02
         ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData 1.01
+        # dcgan2: 1.00; next ConvolutionBackwardData 1.02
         ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvTranspose',
         # depthwise: 1.00; next Convolution (flipped weights) 1.40
         ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvolutionBackwardData 1.01
+        ('ConvTranspose', 'f32', 'NCX', 'small'): 'ConvTranspose',
         # unet: 1.00; next ConvolutionBackwardData 1.03
         ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvTranspose',
         # hifigan: 1.00; next ConvTranspose 1.03
         ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvTranspose 1.30
         ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
-        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
+        # dcgan2: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvTranspose',
         # depthwise: 1.00; next ConvTranspose 2.87
         ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f32', 'NXC', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvTranspose 1.04
         ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardData',
         # hifigan: 1.00; next Convolution in f32 1.65
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
         # conv3d: 1.00; next ConvTransposeBackwardData in f32 1.36
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.03; next Convolution in f32 1.06
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
+        # dcgan2: 1.00; next ConvTransposeBackwardData in f32 1.06
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next ConvTransposeBackwardData 1.08
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
+        # dcgan1: 1.00; next Convolution in f32 1.12
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'small'): 'ConvTransposeBackwardData in f32',
         # unet: 1.00; next Convolution in f32 1.18
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
         # hifigan: 1.00; next Convolution in f32 1.48
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData in f32',
         # conv3d: 1.00; next ConvTransposeBackwardData in f32 2.48
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.04; next ConvTransposeBackwardData in f32 1.06
+        # dcgan2: 1.00; next ConvTransposeBackwardData in f32 1.12
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next Convolution 1.32
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution in f32',
+        # dcgan1: 1.00; next Convolution in f32 1.08
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'small'): 'ConvTransposeBackwardData in f32',
         # unet: 1.00; next ConvTransposeBackwardData in f32 1.53
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution in f32',
         # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.01
         ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData',
         # conv3d: 1.00; next Convolution in f32 1.00
         ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.03; next ConvTransposeBackwardData 1.03
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
+        # dcgan2: 1.00; next Convolution in f32 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'Convolution',
         # depthwise: 1.00; next ConvTransposeBackwardData 1.00
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
+        # dcgan1: 1.00; next ConvTransposeBackwardData 1.01
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'small'): 'ConvTransposeBackwardData in f32',
         # unet: 1.00; next ConvTransposeBackwardData in f32 1.02
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
         # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.29
         ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next Convolution 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.03; next Convolution in f32 1.04
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution',
+        # dcgan2: 1.00; next Convolution 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next Convolution in f32 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next ConvTransposeBackwardData in f32 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next Convolution 1.01
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
         # hifigan: 1.00; next Convolution 1.68
         ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
         # conv3d: 1.00; next ConvTransposeBackwardData 1.60
         ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.04; next Convolution 1.06
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardData',
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.08
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'Convolution',
         # depthwise: 1.00; next Convolution 1.37
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next Convolution 1.12
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next Convolution 1.10
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
         # hifigan: 1.00; next ConvTransposeBackwardData 1.32
         ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next ConvTransposeBackwardData 3.10
         ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.06; next ConvTransposeBackwardData 1.08
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.16
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
         # depthwise: 1.00; next ConvTransposeBackwardData 3.09
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next Convolution 1.12
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next ConvTransposeBackwardData 1.66
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
         # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.58
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
         # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.15
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights in f32',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.01
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # dcgan2: 1.00; next ConvolutionBackwardWeights in f32 1.06
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights in f32',
         # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.08
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 1.01
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'small'): 'ConvTransposeBackwardWeights',
         # unet: 1.00; next ConvolutionBackwardWeights in f32 1.27
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
         # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.23
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
         # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.49
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights in f32',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.00
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights in f32 1.02
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardWeights in f32',
         # depthwise: 1.00; next ConvolutionBackwardWeights in f32 1.19
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 1.01
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'small'): 'ConvTransposeBackwardWeights',
         # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.22
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights in f32',
         # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.09; next ConvTransposeBackwardWeights in f32 1.09
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights in f32',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights in f32 1.17
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.06
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.11; next ConvolutionBackwardWeights in f32 1.12
+        # dcgan2: 1.00; next ConvolutionBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights in f32',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.06
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights in f32',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights in f32 1.23
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvolutionBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
         # hifigan: 1.00; next MatMul (frames) 1.38
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights 1.15
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardWeights 1.11
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.16
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.56
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.02
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvolutionBackwardWeights 1.25
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvolutionBackwardWeights 1.11
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights 1.78
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.05; next ConvolutionBackwardWeights 1.07
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.04
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 2.27
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.09
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.15
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
     },
@@ -391,172 +463,208 @@ TABLE: dict[str, dict[tuple[str, str, str, str], str]] = {
         ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvolutionBackwardData 1.24
         ('ConvTranspose', 'bf16', 'NCX', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
+        # dcgan2: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next ConvTranspose 1.08
         ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'bf16', 'NCX', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvolutionBackwardData 1.39
         ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'MatMul (tiles)',
         # hifigan: 1.00; next ConvTranspose 1.04
         ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvolutionBackwardData 2.25
         ('ConvTranspose', 'bf16', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardData 1.05
+        # dcgan2: 1.00; next ConvolutionBackwardData 1.09
         ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvTranspose',
         # depthwise: 1.00; next Convolution (flipped weights) in f32 1.98
         ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvTranspose 1.02
+        ('ConvTranspose', 'bf16', 'NXC', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvolutionBackwardData 4.73
         ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'MatMul (tiles)',
         # hifigan: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
         # conv3d: 1.00; next ConvTranspose in f32 1.02
         ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.12; next ConvTranspose in f32 1.15
+        # dcgan2: 1.00; next ConvTranspose in f32 1.04
         ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvolutionBackwardData in f32',
         # depthwise: 1.00; next ConvTranspose in f32 1.52
         ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'f16', 'NCX', 'small'): 'ConvTranspose',
         # unet: 1.00; next ConvTranspose in f32 1.03
         ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'MatMul (tiles)',
         # hifigan: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvolutionBackwardData in f32',
         # conv3d: 1.00; next ConvTranspose in f32 1.02
         ('ConvTranspose', 'f16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.13; next ConvTranspose in f32 1.15
+        # dcgan2: 1.00; next ConvTranspose in f32 1.03
         ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
         # depthwise: 1.00; next Convolution (flipped weights) in f32 1.94
         ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f16', 'NXC', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'MatMul (tiles)',
         # hifigan: 1.00; next ConvolutionBackwardData 1.05
         ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvTranspose',
         # conv3d: 1.00; next ConvTranspose 1.02
         ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
+        # dcgan2: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next Convolution (flipped weights) 1.34
         ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f32', 'NCX', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvolutionBackwardData 1.09
         ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvTranspose',
         # hifigan: 1.00; next ConvolutionBackwardData 1.05
         ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvTranspose',
         # conv3d: 1.00; next ConvolutionBackwardData 1.29
         ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.02
+        # dcgan2: 1.00; next ConvTranspose 1.03
         ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next ConvTranspose 3.01
         ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvTranspose 1.00
+        ('ConvTranspose', 'f32', 'NXC', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvolutionBackwardData 1.02
         ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvTranspose',
         # hifigan: 1.00; next Convolution 1.82
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData',
-        # dcgan1, dcgan2: 1.00; next Convolution 1.04
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData',
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.00
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'Convolution',
         # depthwise: 1.00; next ConvTransposeBackwardData 1.08
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next Convolution 1.09
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'small'): 'ConvTransposeBackwardData',
         # hifigan: 1.00; next Convolution 1.51
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardData 1.01
-        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution',
+        # dcgan2: 1.00; next Convolution 1.01
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardData',
         # depthwise: 1.00; next Convolution in f32 1.99
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next ConvTransposeBackwardData 1.03
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'small'): 'Convolution',
         # hifigan: 1.00; next Convolution in f32 1.56
         ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
         # conv3d: 1.00; next ConvTransposeBackwardData 1.08
         ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.00; next Convolution in f32 1.10
+        # dcgan2: 1.00; next Convolution in f32 1.01
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
         # depthwise: 1.00; next ConvTransposeBackwardData 1.01
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next ConvTransposeBackwardData 1.18
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'small'): 'ConvTransposeBackwardData in f32',
         # unet: 1.00; next ConvTransposeBackwardData 1.15
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
         # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.37
         ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next ConvTransposeBackwardData 1.16
         ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.07; next Convolution in f32 1.10
-        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardData in f32',
+        # dcgan2: 1.00; next ConvTransposeBackwardData in f32 1.14
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next Convolution 1.09
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next Convolution 1.15
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'small'): 'ConvTransposeBackwardData in f32',
         # unet: 1.00; next ConvTransposeBackwardData 1.34
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
         # hifigan: 1.00; next Convolution 1.55
         ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
         # conv3d: 1.00; next ConvTransposeBackwardData 1.57
         ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.02; next Convolution 1.10
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardData',
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.05
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'Convolution',
         # depthwise: 1.00; next Convolution 1.37
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next Convolution 1.21
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next Convolution 1.18
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
         # hifigan: 1.00; next ConvTransposeBackwardData 1.35
         ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next ConvTransposeBackwardData 3.07
         ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.06; next Convolution 1.06
-        ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardData',
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.13
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
         # depthwise: 1.00; next ConvTransposeBackwardData 4.95
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next Convolution 1.13
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next ConvTransposeBackwardData 1.73
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
         # hifigan: 1.00; next ConvTransposeBackwardWeights 1.04
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights 1.05
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.56; next ConvolutionBackwardWeights 1.58
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.01
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.61
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 2.43
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.00
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardWeights',
         # hifigan: 1.00; next ConvTransposeBackwardWeights 1.00
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvolutionBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights 1.01
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.67; next ConvTransposeBackwardWeights 1.70
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.00
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.04
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 2.79
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.01
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
         # hifigan: 1.00; next MatMul (frames) 1.12
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights 1.10
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.12; next ConvolutionBackwardWeights 1.26
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.11
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.46
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.26
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvolutionBackwardWeights 1.18
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvolutionBackwardWeights 1.31
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights 1.44
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.16; next ConvTransposeBackwardWeights 1.18
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.00
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.34
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 1.35
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.17
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
         # hifigan: 1.00; next MatMul (frames) 1.29
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights 1.12
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardWeights 1.09
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.12
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.52
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.02
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvolutionBackwardWeights 1.20
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvolutionBackwardWeights 1.20
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights 1.66
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.04; next ConvTransposeBackwardWeights 1.05
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights 1.01
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 2.11
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.08
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.23
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
     },
@@ -565,180 +673,216 @@ TABLE: dict[str, dict[tuple[str, str, str, str], str]] = {
         ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvTranspose in f32',
         # conv3d: 1.00; next ConvTranspose 1.01
         ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
+        # dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvTranspose in f32',
         # depthwise: 1.00; next Convolution (flipped weights) 1.10
         ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvolutionBackwardData in f32 1.01
+        ('ConvTranspose', 'bf16', 'NCX', 'small'): 'ConvTranspose in f32',
         # unet: 1.00; next ConvTranspose in f32 1.12
         ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
         # hifigan: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvolutionBackwardData in f32',
         # conv3d: 1.00; next ConvTranspose in f32 1.01
         ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.10; next ConvTranspose in f32 1.12
+        # dcgan2: 1.00; next ConvTranspose in f32 1.02
         ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
         # depthwise: 1.00; next Convolution (flipped weights) in f32 1.42
         ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'bf16', 'NXC', 'small'): 'ConvTranspose',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'ConvTranspose in f32',
         # hifigan: 1.00; next ConvolutionBackwardData in f32 1.02
         ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.00
+        # dcgan2: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose',
         # depthwise: 1.00; next ConvTranspose in f32 1.01
         ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvTranspose 1.00
+        ('ConvTranspose', 'f16', 'NCX', 'small'): 'ConvTranspose in f32',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvolutionBackwardData',
         # hifigan: 1.00; next ConvolutionBackwardData in f32 1.02
         ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvTranspose in f32',
         # conv3d: 1.00; next ConvolutionBackwardData 1.18
         ('ConvTranspose', 'f16', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData in f32 1.01
+        # dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next Convolution (flipped weights) in f32 1.01
         ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvolutionBackwardData in f32 1.01
+        ('ConvTranspose', 'f16', 'NXC', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardData',
         # hifigan: 1.00; next ConvolutionBackwardData 1.03
         ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvTranspose',
         # conv3d: 1.00; next ConvTranspose 1.04
         ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvolutionBackwardData',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
+        # dcgan2: 1.00; next ConvTranspose 1.00
         ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next Convolution (flipped weights) 1.39
         ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f32', 'NCX', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvTranspose 1.11
         ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvolutionBackwardData',
         # hifigan: 1.00; next ConvTranspose 1.01
         ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvolutionBackwardData 1.28
         ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.00
-        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
+        # dcgan2: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvTranspose',
         # depthwise: 1.00; next ConvTranspose 2.72
         ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f32', 'NXC', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvolutionBackwardData 1.01
         ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvTranspose',
         # hifigan: 1.00; next ConvTransposeBackwardData 1.11
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
         # conv3d: 1.00; next Convolution 1.03
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.08; next Convolution in f32 1.11
+        # dcgan2: 1.00; next Convolution in f32 1.02
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
         # depthwise: 1.00; next Convolution 1.10
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next ConvTransposeBackwardData in f32 1.17
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next Convolution in f32 1.21
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
         # hifigan: 1.00; next Convolution 1.08
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData in f32',
         # conv3d: 1.00; next Convolution 1.18
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.08; next ConvTransposeBackwardData in f32 1.13
+        # dcgan2: 1.00; next ConvTransposeBackwardData in f32 1.15
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next Convolution in f32 1.42
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next Convolution 1.07
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next Convolution 1.37
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution in f32',
         # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.02
         ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData',
         # conv3d: 1.00; next Convolution in f32 1.02
         ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.02; next Convolution in f32 1.02
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'Convolution',
+        # dcgan2: 1.00; next Convolution 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next ConvTransposeBackwardData 1.00
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData in f32',
+        # dcgan1: 1.00; next ConvTransposeBackwardData 1.00
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'small'): 'ConvTransposeBackwardData in f32',
         # unet: 1.00; next ConvTransposeBackwardData 1.00
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
         # hifigan: 1.00; next ConvTransposeBackwardData 1.26
         ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next Convolution in f32 1.02
         ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.03; next Convolution 1.04
+        # dcgan2: 1.00; next Convolution 1.02
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next Convolution in f32 1.01
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next ConvTransposeBackwardData 1.01
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'small'): 'ConvTransposeBackwardData in f32',
         # unet: 1.00; next Convolution 1.00
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
         # hifigan: 1.00; next Convolution 1.61
         ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
         # conv3d: 1.00; next ConvTransposeBackwardData 1.50
         ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.01; next ConvTransposeBackwardData 1.03
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.06
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'Convolution',
         # depthwise: 1.00; next Convolution 1.35
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next Convolution 1.03
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next Convolution 1.18
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
         # hifigan: 1.00; next ConvTransposeBackwardData 1.32
         ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next ConvTransposeBackwardData 2.94
         ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.02; next ConvTransposeBackwardData 1.07
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.14
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
         # depthwise: 1.00; next ConvTransposeBackwardData 2.89
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next Convolution 1.05
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next ConvTransposeBackwardData 1.67
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
         # hifigan: 1.00; next ConvTransposeBackwardWeights 1.47
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
         # conv3d: 1.00; next ConvTransposeBackwardWeights 1.01
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.06
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # dcgan2: 1.00; next ConvolutionBackwardWeights in f32 1.14
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights in f32',
         # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.64
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 1.10
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'small'): 'ConvTransposeBackwardWeights',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.21
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
         # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.32
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
         # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.14
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvTransposeBackwardWeights 1.12
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
+        # dcgan2: 1.00; next ConvolutionBackwardWeights in f32 1.07
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights in f32',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.30
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next MatMul (frames) 1.20
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'small'): 'ConvolutionBackwardWeights',
         # unet: 1.00; next ConvolutionBackwardWeights 1.02
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights in f32',
         # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.07; next ConvTransposeBackwardWeights in f32 1.08
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights in f32',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.14
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights in f32 1.02
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvTransposeBackwardWeights in f32 1.05
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights in f32',
-        # dcgan1, dcgan2: 1.10; next ConvTransposeBackwardWeights 1.10
-        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights in f32',
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights in f32 1.01
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights in f32 1.00
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights in f32 1.19
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvolutionBackwardWeights in f32 1.01
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
         # hifigan: 1.00; next MatMul (frames) 1.31
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights 1.12
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.01; next ConvolutionBackwardWeights 1.09
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.15
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.61
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.01
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvolutionBackwardWeights 1.22
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvolutionBackwardWeights 1.12
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights 1.68
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.06; next ConvTransposeBackwardWeights 1.06
-        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.04
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.95
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 1.07
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.20
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
     },
@@ -747,180 +891,216 @@ TABLE: dict[str, dict[tuple[str, str, str, str], str]] = {
         ('ConvTranspose', 'bf16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
         # conv3d: 1.00; next ConvolutionBackwardData in f32 1.04
         ('ConvTranspose', 'bf16', 'NCX', '3d'): 'ConvTranspose in f32',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose in f32 1.02
+        # dcgan2: 1.00; next ConvTranspose in f32 1.03
         ('ConvTranspose', 'bf16', 'NCX', 'dense'): 'ConvolutionBackwardData in f32',
         # depthwise: 1.00; next Convolution (flipped weights) 1.08
         ('ConvTranspose', 'bf16', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvTranspose in f32 1.00
+        ('ConvTranspose', 'bf16', 'NCX', 'small'): 'ConvolutionBackwardData in f32',
         # unet: 1.00; next ConvTranspose in f32 1.13
         ('ConvTranspose', 'bf16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
         # hifigan: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'bf16', 'NXC', '1d'): 'ConvTranspose in f32',
         # conv3d: 1.00; next ConvTranspose in f32 1.01
         ('ConvTranspose', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.12; next ConvTranspose in f32 1.13
+        # dcgan2: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'bf16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
         # depthwise: 1.00; next Convolution (flipped weights) in f32 1.29
         ('ConvTranspose', 'bf16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'bf16', 'NXC', 'small'): 'ConvTranspose',
         # unet: 1.00; next ConvTranspose in f32 1.03
         ('ConvTranspose', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardData in f32',
         # hifigan: 1.00; next ConvTranspose in f32 1.01
         ('ConvTranspose', 'f16', 'NCX', '1d'): 'ConvolutionBackwardData in f32',
         # conv3d: 1.00; next ConvolutionBackwardData in f32 1.03
         ('ConvTranspose', 'f16', 'NCX', '3d'): 'ConvTranspose in f32',
-        # dcgan1, dcgan2: 1.09; next ConvolutionBackwardData in f32 1.10
+        # dcgan2: 1.00; next ConvolutionBackwardData in f32 1.03
         ('ConvTranspose', 'f16', 'NCX', 'dense'): 'ConvTranspose in f32',
         # depthwise: 1.00; next ConvTranspose in f32 1.52
         ('ConvTranspose', 'f16', 'NCX', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'f16', 'NCX', 'small'): 'ConvTranspose',
         # unet: 1.00; next ConvTranspose in f32 1.08
         ('ConvTranspose', 'f16', 'NCX', 'tiled'): 'ConvolutionBackwardData in f32',
         # hifigan: 1.00; next ConvTranspose in f32 1.00
         ('ConvTranspose', 'f16', 'NXC', '1d'): 'ConvolutionBackwardData in f32',
         # conv3d: 1.00; next ConvTranspose in f32 1.02
         ('ConvTranspose', 'f16', 'NXC', '3d'): 'ConvolutionBackwardData in f32',
-        # dcgan1, dcgan2: 1.05; next ConvTranspose in f32 1.05
-        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvolutionBackwardData in f32',
+        # dcgan2: 1.00; next ConvolutionBackwardData in f32 1.00
+        ('ConvTranspose', 'f16', 'NXC', 'dense'): 'ConvTranspose in f32',
         # depthwise: 1.00; next Convolution (flipped weights) in f32 1.92
         ('ConvTranspose', 'f16', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvolutionBackwardData 1.03
+        ('ConvTranspose', 'f16', 'NXC', 'small'): 'ConvTranspose',
         # unet: 1.00; next ConvolutionBackwardData in f32 1.01
         ('ConvTranspose', 'f16', 'NXC', 'tiled'): 'MatMul (tiles)',
         # hifigan: 1.00; next ConvTranspose 1.02
         ('ConvTranspose', 'f32', 'NCX', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvolutionBackwardData 1.00
         ('ConvTranspose', 'f32', 'NCX', '3d'): 'ConvTranspose',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardData 1.01
-        ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvTranspose',
+        # dcgan2: 1.00; next ConvTranspose 1.00
+        ('ConvTranspose', 'f32', 'NCX', 'dense'): 'ConvolutionBackwardData',
         # depthwise: 1.00; next Convolution (flipped weights) 1.43
         ('ConvTranspose', 'f32', 'NCX', 'depthwise'): 'ConvTranspose',
+        # dcgan1: 1.00; next ConvolutionBackwardData 1.01
+        ('ConvTranspose', 'f32', 'NCX', 'small'): 'ConvTranspose',
         # unet: 1.00; next ConvolutionBackwardData 1.10
         ('ConvTranspose', 'f32', 'NCX', 'tiled'): 'ConvTranspose',
         # hifigan: 1.00; next ConvTranspose 1.02
         ('ConvTranspose', 'f32', 'NXC', '1d'): 'ConvolutionBackwardData',
         # conv3d: 1.00; next ConvolutionBackwardData 1.24
         ('ConvTranspose', 'f32', 'NXC', '3d'): 'MatMul (tiles)',
-        # dcgan1, dcgan2: 1.00; next ConvTranspose 1.01
-        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardData',
+        # dcgan2: 1.00; next ConvolutionBackwardData 1.00
+        ('ConvTranspose', 'f32', 'NXC', 'dense'): 'ConvTranspose',
         # depthwise: 1.00; next ConvTranspose 3.02
         ('ConvTranspose', 'f32', 'NXC', 'depthwise'): 'Convolution (flipped weights)',
+        # dcgan1: 1.00; next ConvTranspose 1.01
+        ('ConvTranspose', 'f32', 'NXC', 'small'): 'ConvolutionBackwardData',
         # unet: 1.00; next ConvolutionBackwardData 1.02
         ('ConvTranspose', 'f32', 'NXC', 'tiled'): 'ConvTranspose',
         # hifigan: 1.00; next ConvTransposeBackwardData 1.12
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
         # conv3d: 1.00; next Convolution 1.07
         ('ConvTransposeBackwardData', 'bf16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.11; next Convolution in f32 1.14
-        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
+        # dcgan2: 1.00; next ConvTransposeBackwardData in f32 1.06
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next Convolution 1.13
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next ConvTransposeBackwardData in f32 1.17
+        ('ConvTransposeBackwardData', 'bf16', 'NCX', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next ConvTransposeBackwardData 1.13
         ('ConvTransposeBackwardData', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
         # hifigan: 1.00; next Convolution 1.06
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardData in f32',
         # conv3d: 1.00; next Convolution 1.17
         ('ConvTransposeBackwardData', 'bf16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.12; next ConvTransposeBackwardData in f32 1.13
+        # dcgan2: 1.00; next ConvTransposeBackwardData in f32 1.12
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next Convolution in f32 1.29
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next Convolution 1.10
+        ('ConvTransposeBackwardData', 'bf16', 'NXC', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next Convolution 1.36
         ('ConvTransposeBackwardData', 'bf16', 'NXC', 'tiled'): 'Convolution in f32',
         # hifigan: 1.00; next Convolution in f32 1.67
         ('ConvTransposeBackwardData', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardData in f32',
         # conv3d: 1.00; next ConvTransposeBackwardData 1.03
         ('ConvTransposeBackwardData', 'f16', 'NCX', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.03; next Convolution in f32 1.05
-        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardData in f32',
+        # dcgan2: 1.00; next ConvTransposeBackwardData in f32 1.05
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next ConvTransposeBackwardData 1.00
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next Convolution in f32 1.10
+        ('ConvTransposeBackwardData', 'f16', 'NCX', 'small'): 'ConvTransposeBackwardData in f32',
         # unet: 1.00; next Convolution in f32 1.22
         ('ConvTransposeBackwardData', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardData in f32',
         # hifigan: 1.00; next ConvTransposeBackwardData in f32 1.46
         ('ConvTransposeBackwardData', 'f16', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next ConvTransposeBackwardData 1.17
         ('ConvTransposeBackwardData', 'f16', 'NXC', '3d'): 'Convolution in f32',
-        # dcgan1, dcgan2: 1.05; next ConvTransposeBackwardData in f32 1.06
+        # dcgan2: 1.00; next ConvTransposeBackwardData in f32 1.13
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'dense'): 'Convolution in f32',
         # depthwise: 1.00; next Convolution 1.10
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next Convolution in f32 1.10
+        ('ConvTransposeBackwardData', 'f16', 'NXC', 'small'): 'ConvTransposeBackwardData in f32',
         # unet: 1.00; next ConvTransposeBackwardData 1.39
         ('ConvTransposeBackwardData', 'f16', 'NXC', 'tiled'): 'Convolution in f32',
         # hifigan: 1.00; next Convolution 1.63
         ('ConvTransposeBackwardData', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardData',
         # conv3d: 1.00; next ConvTransposeBackwardData 1.46
         ('ConvTransposeBackwardData', 'f32', 'NCX', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.03; next Convolution 1.06
-        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardData',
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.05
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'dense'): 'Convolution',
         # depthwise: 1.00; next Convolution 1.41
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardData',
+        # dcgan1: 1.00; next Convolution 1.11
+        ('ConvTransposeBackwardData', 'f32', 'NCX', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next Convolution 1.26
         ('ConvTransposeBackwardData', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardData',
         # hifigan: 1.00; next ConvTransposeBackwardData 1.27
         ('ConvTransposeBackwardData', 'f32', 'NXC', '1d'): 'MatMul (frames)',
         # conv3d: 1.00; next ConvTransposeBackwardData 2.85
         ('ConvTransposeBackwardData', 'f32', 'NXC', '3d'): 'Convolution',
-        # dcgan1, dcgan2: 1.04; next ConvTransposeBackwardData 1.07
+        # dcgan2: 1.00; next ConvTransposeBackwardData 1.15
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'dense'): 'Convolution',
         # depthwise: 1.00; next ConvTransposeBackwardData 3.18
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'depthwise'): 'Convolution',
+        # dcgan1: 1.00; next Convolution 1.08
+        ('ConvTransposeBackwardData', 'f32', 'NXC', 'small'): 'ConvTransposeBackwardData',
         # unet: 1.00; next ConvTransposeBackwardData 1.78
         ('ConvTransposeBackwardData', 'f32', 'NXC', 'tiled'): 'Convolution',
         # hifigan: 1.00; next ConvTransposeBackwardWeights 1.47
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '1d'): 'ConvTransposeBackwardWeights in f32',
         # conv3d: 1.00; next ConvolutionBackwardWeights 1.01
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', '3d'): 'ConvTransposeBackwardWeights in f32',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.02
-        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
+        # dcgan2: 1.00; next ConvolutionBackwardWeights in f32 1.14
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights in f32',
         # depthwise: 1.00; next ConvTransposeBackwardWeights in f32 1.66
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 1.01
+        ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'small'): 'ConvTransposeBackwardWeights',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.01
         ('ConvTransposeBackwardWeights', 'bf16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights in f32',
         # hifigan: 1.00; next ConvolutionBackwardWeights in f32 1.37
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '1d'): 'ConvTransposeBackwardWeights in f32',
         # conv3d: 1.00; next ConvolutionBackwardWeights in f32 1.13
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.00; next ConvolutionBackwardWeights 1.01
-        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
+        # dcgan2: 1.00; next ConvolutionBackwardWeights in f32 1.04
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights in f32',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.09
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 1.03
+        ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'small'): 'ConvTransposeBackwardWeights',
         # unet: 1.00; next ConvolutionBackwardWeights 1.12
         ('ConvTransposeBackwardWeights', 'bf16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights in f32',
         # hifigan: 1.00; next MatMul (frames) 1.14
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights 1.07
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.10; next ConvolutionBackwardWeights 1.19
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.15
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.44
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.22
+        ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvolutionBackwardWeights 1.21
         ('ConvTransposeBackwardWeights', 'f16', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvolutionBackwardWeights 1.29
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights 1.39
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.11; next ConvolutionBackwardWeights 1.15
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.03
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 1.35
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.24
+        ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.14
         ('ConvTransposeBackwardWeights', 'f16', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
         # hifigan: 1.00; next MatMul (frames) 1.38
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvolutionBackwardWeights 1.12
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', '3d'): 'ConvTransposeBackwardWeights',
-        # dcgan1, dcgan2: 1.02; next ConvolutionBackwardWeights 1.05
+        # dcgan2: 1.00; next ConvolutionBackwardWeights 1.02
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'dense'): 'ConvTransposeBackwardWeights',
         # depthwise: 1.00; next ConvolutionBackwardWeights 1.60
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'depthwise'): 'ConvTransposeBackwardWeights',
+        # dcgan1: 1.00; next ConvTransposeBackwardWeights 1.03
+        ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvolutionBackwardWeights 1.25
         ('ConvTransposeBackwardWeights', 'f32', 'NCX', 'tiled'): 'ConvTransposeBackwardWeights',
         # hifigan: 1.00; next ConvolutionBackwardWeights 1.17
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '1d'): 'ConvTransposeBackwardWeights',
         # conv3d: 1.00; next ConvTransposeBackwardWeights 1.56
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', '3d'): 'ConvolutionBackwardWeights',
-        # dcgan1, dcgan2: 1.03; next ConvTransposeBackwardWeights 1.07
+        # dcgan2: 1.00; next ConvTransposeBackwardWeights 1.00
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'dense'): 'ConvolutionBackwardWeights',
         # depthwise: 1.00; next ConvTransposeBackwardWeights 2.22
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'depthwise'): 'ConvolutionBackwardWeights',
+        # dcgan1: 1.00; next ConvolutionBackwardWeights 1.07
+        ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'small'): 'MatMul (frames)',
         # unet: 1.00; next ConvTransposeBackwardWeights 1.16
         ('ConvTransposeBackwardWeights', 'f32', 'NXC', 'tiled'): 'ConvolutionBackwardWeights',
     },
