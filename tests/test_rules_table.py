@@ -16,7 +16,7 @@ from helpers import assert_close
 import onednn_convt as oc
 from onednn_convt import guards, lowering, reference
 from onednn_convt.lowering import base, rules, rules_table
-from onednn_convt.problem import BACKWARD_DATA, FORWARD, SHAPE_CLASSES, shape_class
+from onednn_convt.problem import BACKWARD_DATA, FORWARD, SHAPE_CLASSES, TINY_FLOPS, shape_class
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTRS = dict(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
@@ -30,22 +30,26 @@ def make_rules():
 
 
 def test_shape_classes():
-    img = (16, 16)
-    assert shape_class((16,), (8,), 1, 512, 256, (1024,)) == "1d"
-    assert shape_class((3, 3), (1, 1), 128, 128, 128, img) == "depthwise"
-    assert shape_class((3, 3), (1, 1), 4, 128, 64, img) == "grouped"
-    assert shape_class((2, 2), (2, 2), 1, 128, 64, img) == "tiled"
-    assert shape_class((2, 2, 2), (2, 2, 3), 1, 8, 8, (4, 4, 4)) == "3d"  # rank first, then the taps
-    assert shape_class((3, 3, 3), (1, 1, 1), 8, 8, 8, (4, 4, 4)) == "depthwise"
-    assert shape_class((2, 2), (2, 3), 1, 8, 8, img) == "tiled"
-    assert shape_class((4, 4), (2, 2), 1, 256, 128, img) == "dense"
-    assert shape_class((2, 3), (2, 2), 1, 8, 8, img) == "dense"  # one dim overlaps
+    img, n = (16, 16), 8
+    assert shape_class((16,), (8,), 1, 512, 256, (1024,), n) == "1d"
+    assert shape_class((3, 3), (1, 1), 128, 128, 128, img, n) == "depthwise"
+    assert shape_class((3, 3), (1, 1), 4, 128, 64, img, n) == "grouped"
+    assert shape_class((2, 2), (2, 2), 1, 128, 64, img, n) == "tiled"
+    assert shape_class((2, 2, 2), (2, 2, 3), 1, 32, 32, (8, 8, 8), n) == "3d"  # rank first, then the taps
+    assert shape_class((3, 3, 3), (1, 1, 1), 32, 32, 32, (8, 8, 8), n) == "depthwise"
+    assert shape_class((2, 2), (2, 3), 1, 64, 64, img, n) == "tiled"
+    assert shape_class((4, 4), (2, 2), 1, 256, 128, img, n) == "dense"
+    assert shape_class((2, 3), (2, 2), 1, 64, 64, img, n) == "dense"  # one dim overlaps
     # a small src: up to SMALL_SRC positions (DCGAN's 4x4 first layers), in any aspect
-    assert shape_class((4, 4), (2, 2), 1, 512, 256, (4, 4)) == "small"
-    assert shape_class((4, 4), (2, 2), 1, 512, 256, (8, 8)) == "small"
-    assert shape_class((4, 4), (2, 2), 1, 512, 256, (1, 64)) == "small"
-    assert shape_class((4, 4), (2, 2), 1, 512, 256, (8, 9)) == "dense"
-    assert shape_class((2, 2), (2, 2), 1, 512, 256, (4, 4)) == "tiled"  # the taps first
+    assert shape_class((4, 4), (2, 2), 1, 512, 256, (4, 4), n) == "small"
+    assert shape_class((4, 4), (2, 2), 1, 512, 256, (8, 8), n) == "small"
+    assert shape_class((4, 4), (2, 2), 1, 512, 256, (1, 64), n) == "small"
+    assert shape_class((4, 4), (2, 2), 1, 512, 256, (8, 9), n) == "dense"
+    assert shape_class((2, 2), (2, 2), 1, 512, 256, (4, 4), n) == "tiled"  # the taps first
+    # under TINY_FLOPS (2 x multiply-adds) any shape is tiny: 2*1*4*3*9*25 = 5,400
+    assert shape_class((3, 3), (1, 1), 1, 4, 3, (5, 5), 1) == "tiny"
+    assert shape_class((16,), (8,), 1, 4, 4, (64,), 1) == "tiny"
+    assert shape_class((3, 3), (1, 1), 2, 64, 64, (16, 16), 1) == "grouped"  # 2*64*32*9*256 = 9.4M
 
 
 def test_isa_classes():
@@ -93,22 +97,16 @@ def test_the_rules_follow_the_table_where_it_can_run_the_problem(monkeypatch):
     assert lowering.rule(_problem(op, x, w)) == rules.fallback(_problem(op, x, w))
 
 
-def test_problems_below_the_tables_size_take_the_fallback(monkeypatch):
-    """A call bound by its per-call overhead is not ruled by a table measured on large layers."""
+def test_tiny_problems_have_their_own_class():
+    """A call bound by its per-call overhead is not ruled by entries measured on large layers."""
     rng = np.random.default_rng(0)
-    cls = rules.isa_class(guards.dispatch_isa())
-    if cls is None:
-        pytest.skip("this ISA has no class in the table")
     op = oc.ConvTranspose(**ATTRS)
     small = _problem(op, rng.standard_normal((1, 4, 5, 5)).astype(np.float32),
                      rng.standard_normal((4, 3, 4, 4)).astype(np.float32))
+    assert small.flops < TINY_FLOPS and small.shape_class == "tiny"
     big = _problem(op, rng.standard_normal((2, 32, 9, 9)).astype(np.float32),
                    rng.standard_normal((32, 16, 4, 4)).astype(np.float32))
-    assert small.flops < rules.TABLE_MIN_FLOPS <= big.flops
-    for p in (small, big):  # a table entry other than the fallback's choice
-        other = next(n for n in (base.CONV_TRANSPOSE, base.CONVOLUTION_BACKWARD_DATA) if n != rules.fallback(p))
-        monkeypatch.setitem(rules_table.TABLE, cls, {(FORWARD, "f32", "NCX", p.shape_class): other})
-        assert lowering.rule(p) == (other if p is big else rules.fallback(p))
+    assert big.flops >= TINY_FLOPS and big.shape_class == "dense"
 
 
 def _record(op, dtype, fmt, cls, layer, times, rejected=None):
@@ -151,3 +149,26 @@ def test_the_generator_classes_suite_layers_by_todays_shape_class():
     assert gen.record_class(_record("bwd_d", "f32", "NCX", "tiled", "unet", {"A": 1.0})) == "tiled"
     assert gen.record_class(_record("bwd_d", "f32", "NCX", "dense", "one", {"A": 1.0})) == "dense"
     assert list(gen.entries([old])) == [("ConvTransposeBackwardData", "f32", "NCX", "3d")]
+
+
+def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
+    """A models run and a tiny run of one ISA level make one class's entries; a
+    configuration tuned in two runs of a class is refused (which one would count?)."""
+    def run(name, records):
+        path = tmp_path / name
+        path.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
+                                    "isa": "avx2", "records": records}))
+        return str(path)
+
+    models = run("tune_avx2.json", [_record("fwd", "f32", "NCX", "dense", "one", {"A": 1.0, "B": 2.0})])
+    tiny = run("tune_tiny_avx2.json", [
+        {**_record("fwd", "f32", "NCX", "tiny", "tiny", {"A": 2.0, "B": 1.0}), "key": "tiny/tiny/fwd/f32/NCX"}])
+    out = tmp_path / "table.py"
+    assert make_rules().main([models, tiny, "--out", str(out)]) == 0
+    namespace: dict = {}
+    exec(out.read_text(), namespace)
+    assert namespace["TABLE"] == {"avx2": {
+        ("ConvTranspose", "f32", "NCX", "dense"): "A", ("ConvTranspose", "f32", "NCX", "tiny"): "B"}}
+    again = run("again.json", [_record("fwd", "f32", "NCX", "dense", "one", {"A": 3.0, "B": 1.0})])
+    assert make_rules().main([models, again, "--out", str(out)]) == 2
+    assert "models/one/fwd/f32/NCX was tuned in another run" in capsys.readouterr().err

@@ -22,19 +22,23 @@ BACKWARD_WEIGHTS = "ConvTransposeBackwardWeights"
 
 #: the shape classes of :func:`shape_class`, the keys of the measured rules table
 #: (:mod:`onednn_convt.lowering.rules_table`)
-SHAPE_CLASSES = ("1d", "depthwise", "grouped", "3d", "tiled", "small", "dense")
+SHAPE_CLASSES = ("tiny", "1d", "depthwise", "grouped", "3d", "tiled", "small", "dense")
 
+#: FLOPs (2 x multiply-adds) under which a problem is of class ``"tiny"``
+TINY_FLOPS = 1_000_000
 #: src positions (the product of its spatial sizes) up to which a dense 2-D problem is
 #: of class ``"small"`` (8x8)
 SMALL_SRC = 64
 
 
 def shape_class(
-    kernel: tuple[int, ...], strides: tuple[int, ...], groups: int, ic: int, oc: int, src: tuple[int, ...]
+    kernel: tuple[int, ...], strides: tuple[int, ...], groups: int, ic: int, oc: int, src: tuple[int, ...], n: int
 ) -> str:
     """The class of a ConvTranspose shape that the measured rules are keyed by.
 
-    ``"1d"``: one spatial dim; else ``"depthwise"``: one input and one output channel per
+    ``"tiny"``: under :data:`TINY_FLOPS`, a call bound by its per-call overhead (the tiny
+    suite's 1x4x5x5 layer, 5 kFLOP; the models suite's layers have 19 MFLOP and more);
+    else ``"1d"``: one spatial dim; ``"depthwise"``: one input and one output channel per
     group; ``"grouped"``: other groups > 1; ``"3d"``: three spatial dims (oneDNN has its
     own 3-D kernels: on a Sapphire Rapids CPU the 3-D U-Net BackwardData in f32 NCX ran
     fastest as a Convolution, 0.70x the library op's time, and the 2-D one as the library
@@ -46,6 +50,8 @@ def shape_class(
     level, and its BackwardWeights ran fastest as a MatMul over frames in 19 of 30 rows,
     the 16x16 layer's in none); ``"dense"``: the rest (DCGAN's 16x16 k4 s2).
     """
+    if flops(n, ic, oc, groups, kernel, src) < TINY_FLOPS:
+        return "tiny"
     if len(kernel) == 1:
         return "1d"
     if groups > 1:
@@ -57,6 +63,11 @@ def shape_class(
     if math.prod(src) <= SMALL_SRC:
         return "small"
     return "dense"
+
+
+def flops(n: int, ic: int, oc: int, groups: int, kernel: tuple[int, ...], src: tuple[int, ...]) -> int:
+    """2 x the multiply-adds of a ConvTranspose of these sizes (the same for its three ops)."""
+    return 2 * n * ic * (oc // groups) * math.prod(kernel) * math.prod(src)
 
 
 @dataclass(frozen=True)
@@ -142,12 +153,12 @@ class Problem:
     @property
     def flops(self) -> int:
         """2 x the multiply-adds of the op (the same for all three ops of one shape)."""
-        return 2 * self.n * self.ic * (self.oc // self.groups) * math.prod(self.kernel) * math.prod(self.src)
+        return flops(self.n, self.ic, self.oc, self.groups, self.kernel, self.src)
 
     @property
     def shape_class(self) -> str:
         """:func:`shape_class` of this problem."""
-        return shape_class(self.kernel, self.geometry.strides, self.groups, self.ic, self.oc, self.src)
+        return shape_class(self.kernel, self.geometry.strides, self.groups, self.ic, self.oc, self.src, self.n)
 
     def library_attrs(self, weights_format: str | None = None) -> dict[str, Any]:
         """The library attributes shared by every lowering onto a convolution-like op."""

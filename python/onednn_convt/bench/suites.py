@@ -28,7 +28,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import dtypes
-from ..problem import shape_class
+from ..problem import flops, shape_class
 
 OPS = ("fwd", "bwd_d", "bwd_w")
 DTYPES = ("f32", "bf16", "f16")
@@ -83,12 +83,12 @@ class Layer:
     @property
     def flops(self) -> int:
         """2*N*IC*OC/G*prod(src spatial)*prod(kernel): the same count for all three ops."""
-        return 2 * self.n * self.ic * (self.oc // self.groups) * math.prod(self.spatial) * math.prod(self.kernel)
+        return flops(self.n, self.ic, self.oc, self.groups, self.kernel, self.spatial)
 
     @property
     def shape_class(self) -> str:
         """:func:`onednn_convt.problem.shape_class` of this layer (the measured rules' key)."""
-        return shape_class(self.kernel, (self.stride,) * len(self.kernel), self.groups, self.ic, self.oc, self.spatial)
+        return shape_class(self.kernel, (self.stride,) * len(self.kernel), self.groups, self.ic, self.oc, self.spatial, self.n)
 
     def describe(self) -> str:
         """``N=16 512->256 4x4 k4s2p1`` style summary."""

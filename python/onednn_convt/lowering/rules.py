@@ -7,7 +7,7 @@
    ``ONEDNN_MAX_CPU_ISA`` level): for the dispatch ISA's class (:func:`isa_class`) and the
    problem's class (op, dtype, data format, :func:`onednn_convt.problem.shape_class`), the
    lowering that was fastest there, where the table has the class and that lowering can run
-   the problem, and the problem has at least :data:`TABLE_MIN_FLOPS`;
+   the problem;
 2. otherwise :func:`fallback`, the rules below: where no tuning run covers the ISA class
    (SSE4.1, AVX) or the problem class (grouped layers), and for the routes a guard forces
    (those leave one candidate, so the table never sees them).
@@ -96,19 +96,11 @@ def report() -> dict[str, str | None]:
     return {"table": cls if cls in rules_table.TABLE else None, "fallback_measured_on": RULES_MEASURED_ON}
 
 
-#: problems of fewer FLOPs (:attr:`onednn_convt.problem.Problem.flops`) take the fallback
-#: rules: the table was measured on the models suite's layers (19 MFLOP and more), whose
-#: winners (f32 computing, MatMuls over copied frames) add fixed costs that a call bound by
-#: its per-call overhead pays in full (the tiny suite's 1x4x5x5 layer: 5 kFLOP)
-TABLE_MIN_FLOPS = 1_000_000
-
-
 def measured(p: Problem) -> str | None:
     """The measured table's lowering for ``p`` on this CPU, or None where it has none (the
-    caller checks that it can run ``p``), or where ``p`` is smaller than the table's
-    problems (:data:`TABLE_MIN_FLOPS`)."""
+    caller checks that it can run ``p``)."""
     cls = isa_class(guards.dispatch_isa())
-    if cls is None or p.flops < TABLE_MIN_FLOPS:
+    if cls is None:
         return None
     return rules_table.TABLE.get(cls, {}).get((p.op, p.dtype, p.data_format, p.shape_class))
 
