@@ -357,3 +357,49 @@ def test_small_problems_compile_for_one_thread_and_leave_the_thread_count(op_nam
                      "ConvTransposeBackwardWeights": cfg.bwd_weights_reduction}[op_name]
         assert_close(got, reference(op_name, cfg, arrays), "f32", reduction)
         assert omp.max_threads() == before
+
+
+SECOND_THREAD = r"""
+import sys, threading
+import ml_dtypes, numpy as np
+import onednn_convt as oc
+from onednn_convt.lowering import build, candidates
+
+rng = np.random.default_rng(0)
+src, k, s, d, c = (3, 4, 3), (2, 3, 2), (1, 2, 2), (2, 1, 1), 6
+dst = tuple(si * (x - 1) + di * (kk - 1) + 1 for x, kk, si, di in zip(src, k, s, d))
+ran = 0
+for fmt in ("NCX", "NXC"):
+    for dt in (np.float32, ml_dtypes.bfloat16):
+        ncx = fmt == "NCX"
+        shapes = [(1, c, *src) if ncx else (1, *src, c), (1, c, *dst) if ncx else (1, *dst, c),
+                  (c, c, *k) if ncx else (*k, c, c)]
+        x, y, w = [rng.standard_normal(sh).astype(dt) for sh in shapes]
+        attrs = dict(strides=s, dilations=d, data_format=fmt, weights_format="IOX" if ncx else "XOI")
+        for op, args in ((oc.ConvTranspose(**attrs), [x, w, None]), (oc.ConvTransposeBackwardData(**attrs), [y, w]),
+                         (oc.ConvTransposeBackwardWeights(weights_shape=shapes[2], **attrs), [x, y, None])):
+            p = op._problem(args, "f32" if dt is np.float32 else "bf16")
+            for name in candidates(p):
+                plan = op._plan_for(build(p, name), args, None, p.dtype)
+                want = plan.run(args, None)  # compiled and first run on this thread
+                got = []
+                t = threading.Thread(target=lambda: got.append(plan.run(args, None)))
+                t.start()
+                t.join()
+                assert np.array_equal(np.asarray(got[0], np.float32), np.asarray(want, np.float32)), (fmt, p.op, name)
+                ran += 1
+print(ran)
+"""
+
+
+def test_every_candidate_runs_on_a_thread_other_than_its_first():
+    """A compiled partition runs on any thread, not only on the one whose call compiled it.
+    oneDNN 3.2 runs a dilated ConvolutionBackwardWeights on its GEMM kernel, whose
+    scratchpad is a thread-local buffer sized on the compiling thread: on any other thread
+    it segfaulted (every ISA level, f32 and bf16, NCX and NXC), until the binding gave each
+    thread its own compile of such ops (CompiledOp::thread_bound_). In a child process, so
+    that a crash fails this test alone: every candidate of a dilated 3-D problem, each op,
+    f32 and bf16, NCX and NXC."""
+    done = subprocess.run([sys.executable, "-c", SECOND_THREAD], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) >= 20  # 2 formats x 2 dtypes x (2 + 1 + 2) candidates at least

@@ -408,7 +408,18 @@ std::string OpSpec::key() const {
     return os.str();
 }
 
-CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
+// A number for the calling thread, never reused by a later thread (unlike its id).
+static uint64_t thread_token() {
+    static std::atomic<uint64_t> next{1};
+    thread_local const uint64_t token = next.fetch_add(1);
+    return token;
+}
+
+// Copies of a thread-bound op kept for other threads; beyond this many, the oldest threads'
+// copies are dropped (a run in progress keeps its own alive).
+constexpr size_t kMaxThreadCopies = 64;
+
+CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
     teardown_unlock();  // before anything of the library's in this thread (see teardown_mutex)
     const std::string &k = spec_.kind;
     if (spec_.nodes.empty()) check_arguments(spec_);
@@ -416,7 +427,7 @@ CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
     for (size_t c : spec_.constant_inputs)
         if (c >= spec_.inputs.size()) invalid(k, "constant input index out of range");
     const size_t count = spec_.inputs.size() + std::max<size_t>(1, spec_.nodes.size());
-    size_t id = spec_.constant_inputs.empty() ? 0 : next_private_id.fetch_add(count);
+    size_t id = spec_.constant_inputs.empty() && !private_ids ? 0 : next_private_id.fetch_add(count);
     std::vector<lt> inputs;
     for (size_t i = 0; i < spec_.inputs.size(); ++i) {
         const auto &c = spec_.constant_inputs;
@@ -479,6 +490,9 @@ CompiledOp::CompiledOp(OpSpec spec) : spec_(std::move(spec)) {
     };
     serialized_ = shared_scratchpad(k);
     for (const auto &node : spec_.nodes) serialized_ = serialized_ || shared_scratchpad(node.kind);
+    thread_bound_ = k == "ConvolutionBackwardWeights";
+    for (const auto &node : spec_.nodes) thread_bound_ = thread_bound_ || node.kind == "ConvolutionBackwardWeights";
+    owner_ = thread_token();
     key_hash_ = std::hash<std::string>{}(spec_.key());
 }
 
@@ -493,6 +507,26 @@ CompiledOp::~CompiledOp() {
 }
 
 void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const {
+    if (thread_bound_ && thread_token() != owner_) {  // this thread's own copy (see thread_bound_)
+        std::shared_ptr<const CompiledOp> mine;
+        {
+            std::lock_guard<std::mutex> guard(copies_mutex_);
+            auto it = copies_.find(thread_token());
+            if (it != copies_.end()) mine = it->second;
+        }
+        if (!mine) {
+            mine = std::make_shared<const CompiledOp>(spec_, true);  // compiled on this thread
+            std::lock_guard<std::mutex> guard(copies_mutex_);
+            while (copies_.size() >= kMaxThreadCopies) {
+                auto oldest = std::min_element(copies_.begin(), copies_.end(),
+                                               [](const auto &a, const auto &b) { return a.first < b.first; });
+                copies_.erase(oldest);
+            }
+            copies_.emplace(thread_token(), mine);
+        }
+        mine->execute(inputs, output);
+        return;
+    }
     teardown_unlock();
     dnnl::stream &stream = thread_stream();
     std::vector<dg::tensor> in;

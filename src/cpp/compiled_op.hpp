@@ -9,6 +9,9 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -60,7 +63,10 @@ struct OpSpec {
 
 class CompiledOp {
 public:
-    explicit CompiledOp(OpSpec spec);  // builds the graph and compiles; throws on failure
+    // Builds the graph and compiles; throws on failure. `private_ids`: logical tensor ids no
+    // other op has, so that the library's compiled-partition cache cannot hand back another
+    // op's kernels (a per-thread copy, see thread_bound_).
+    explicit CompiledOp(OpSpec spec, bool private_ids = false);
     ~CompiledOp();  // frees the compiled partition under the kernel teardown lock
 
     const OpSpec &spec() const { return spec_; }
@@ -81,6 +87,15 @@ private:
     // partition: wrong values or a thread spinning forever. ConvolutionBackwardData gives
     // wrong values run concurrently too. Such kinds run one thread at a time per spec key.
     bool serialized_ = false;
+    // oneDNN 3.2 runs some ConvolutionBackwardWeights partitions (its GEMM kernel,
+    // x64:gemm:jit: dilated problems, or where no JIT kernel fits) on the library's global
+    // scratchpad, a thread-local buffer sized on the thread that created the kernel: run on
+    // any other thread they crash (tests/test_threads.py). Such a kind runs compiled_ on the
+    // thread that compiled it and, on each other thread, a copy compiled there.
+    bool thread_bound_ = false;
+    uint64_t owner_ = 0;  // the compiling thread (thread_token in compiled_op.cpp)
+    mutable std::mutex copies_mutex_;
+    mutable std::unordered_map<uint64_t, std::shared_ptr<const CompiledOp>> copies_;
     size_t key_hash_ = 0;
     dnnl::graph::compiled_partition compiled_;
     std::vector<dnnl::graph::logical_tensor> input_lts_;  // in the partition's port order
