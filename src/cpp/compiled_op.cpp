@@ -1,5 +1,6 @@
 #include "compiled_op.hpp"
 
+#include <dlfcn.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -419,6 +420,19 @@ static uint64_t thread_token() {
 // copies are dropped (a run in progress keeps its own alive).
 constexpr size_t kMaxThreadCopies = 64;
 
+// The calling thread's OpenMP thread count (GNU OpenMP, loaded with oneDNN), which a kernel
+// splits its work by when it is compiled; 0 where OpenMP is not found.
+using OmpGet = int (*)();
+using OmpSet = void (*)(int);
+static int omp_threads() {
+    static auto get = reinterpret_cast<OmpGet>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    return get ? get() : 0;
+}
+static void set_omp_threads(int n) {
+    static auto set = reinterpret_cast<OmpSet>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    if (set && n > 0) set(n);
+}
+
 CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
     teardown_unlock();  // before anything of the library's in this thread (see teardown_mutex)
     const std::string &k = spec_.kind;
@@ -493,6 +507,7 @@ CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
     thread_bound_ = k == "ConvolutionBackwardWeights";
     for (const auto &node : spec_.nodes) thread_bound_ = thread_bound_ || node.kind == "ConvolutionBackwardWeights";
     owner_ = thread_token();
+    threads_ = omp_threads();
     key_hash_ = std::hash<std::string>{}(spec_.key());
 }
 
@@ -515,7 +530,17 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
             if (it != copies_.end()) mine = it->second;
         }
         if (!mine) {
-            mine = std::make_shared<const CompiledOp>(spec_, true);  // compiled on this thread
+            // compiled on this thread, for the thread count of the first compile (the same
+            // split of the work: the same bits)
+            const int before = omp_threads();
+            set_omp_threads(threads_);
+            try {
+                mine = std::make_shared<const CompiledOp>(spec_, true);
+            } catch (...) {
+                set_omp_threads(before);
+                throw;
+            }
+            set_omp_threads(before);
             std::lock_guard<std::mutex> guard(copies_mutex_);
             while (copies_.size() >= kMaxThreadCopies) {
                 auto oldest = std::min_element(copies_.begin(), copies_.end(),

@@ -94,6 +94,7 @@ private:
     // thread that compiled it and, on each other thread, a copy compiled there.
     bool thread_bound_ = false;
     uint64_t owner_ = 0;  // the compiling thread (thread_token in compiled_op.cpp)
+    int threads_ = 0;  // its OpenMP thread count then (copies are compiled for as many)
     mutable std::mutex copies_mutex_;
     mutable std::unordered_map<uint64_t, std::shared_ptr<const CompiledOp>> copies_;
     size_t key_hash_ = 0;
