@@ -12,10 +12,9 @@ per-call overhead)::
     done
     python benchmarks/make_rules.py benchmarks/results/tune_*.json
 
-The runs of one ISA class are merged (a configuration in two of them is an error). A
-class's records are grouped by ISA class (:func:`onednn_convt.lowering.rules.isa_class`) and
-by problem class: op, dtype, data format and :func:`onednn_convt.problem.shape_class`. In
-each group every candidate timed in all of its rows is scored by the geometric mean, over
+The runs of one ISA class are merged (a configuration in two of them is an error). Records
+are grouped by ISA class (:func:`onednn_convt.lowering.rules.isa_class`) and by problem
+class: op, dtype, data format and :func:`onednn_convt.problem.shape_class`. In each group every candidate timed in all of its rows is scored by the geometric mean, over
 the rows, of its time over the fastest such candidate's in the row; the lowest score is the group's rule.
 Rows with one candidate (a guard's route) and candidates refused or wrong in any row of the
 group do not take part. Each entry's comment says the rows, the score and the runner-up.
