@@ -186,7 +186,7 @@ class FusedPlan:
         shape = self.lowering.out_shape
         compute = F32 if self.emulated else self.out_dtype
         direct = (not self.emulated and out is not None
-                  and out.strides == tuple(st * out.itemsize for st in ops._dense_strides(shape)))  # as compiled
+                  and out.strides == tuple(st * out.itemsize for st in shapes.dense_strides(shape)))  # as compiled
         # out may be a binary post-op's tensor (ConvTranspose._check_aliasing): the library
         # writes it in place where it says it reads that input from the output's memory, else
         # reads a copy; where an f32 redo may need the tensor afterwards, it writes elsewhere
@@ -427,7 +427,7 @@ def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
     nodes: list[tuple[str, dict[str, Any], list[int], Any]] = []
 
     def add(kind: str, attrs: dict[str, Any], inputs: list[int], shape: Sequence[int], code: str) -> int:
-        nodes.append((kind, attrs, inputs, (list(shape), list(ops._dense_strides(shape)), code)))
+        nodes.append((kind, attrs, inputs, (list(shape), list(shapes.dense_strides(shape)), code)))
         return -len(nodes)
 
     src_ref, w_ref = 0, 1
@@ -468,7 +468,7 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
     inter = "f32" if f.int8 else compute
     nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape,
                         args[1].shape, core)
-    output = (list(out_shape), list(ops._dense_strides(out_shape)), out_code)
+    output = (list(out_shape), list(shapes.dense_strides(out_shape)), out_code)
     return _core.compile(f.chain(has_bias, core.kind), {}, descs, output, nodes=nodes)
 
 

@@ -118,14 +118,6 @@ def _element_strides(a: np.ndarray) -> Optional[tuple[int, ...]]:
     return strides
 
 
-def _dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return tuple(reversed(strides))
-
-
 def _aligned_copy(a: np.ndarray) -> np.ndarray:
     """``a`` as an aligned C-contiguous array (``ascontiguousarray`` keeps misaligned data)."""
     return np.require(a, requirements=("C", "A"))
@@ -363,7 +355,7 @@ class _Op:
         # out's own strides where the library writes it as given; a reshaped result, dense
         # (plan.run writes it into out where out is C-contiguous, else copies it there)
         as_given = direct and out is not None and not lowering.library_shape
-        out_desc = _describe(out, code) if as_given and out is not None else (shape, _dense_strides(shape), code)
+        out_desc = _describe(out, code) if as_given and out is not None else (shape, shapes.dense_strides(shape), code)
         at = lowering.weights_arg
         with omp.one_thread() if lowering.single_thread else contextlib.nullcontext():
             compiled = _core.compile(
@@ -380,7 +372,7 @@ class _Op:
         # the executor passes the call's arrays and out as given
         as_called = lowering.prepare is None and not lowering.library_shape
         fast_ok = plan.direct and not plan.fixers and as_called
-        if fast_ok and (not guard or out_desc[1] == _dense_strides(shape)):
+        if fast_ok and (not guard or out_desc[1] == shapes.dense_strides(shape)):
             # with a guard the executor checks the result for Inf/NaN too (a dense one only)
             # the executor takes the call's arrays, so it is told the library's order of them
             plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))

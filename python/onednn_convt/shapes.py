@@ -114,3 +114,12 @@ def backward_data_output(
         (y + b + e - effective_kernel(k, d)) // s + 1
         for y, k, s, d, b, e in zip(diff_dst, kernel, strides, dilations, pads_begin, pads_end)
     )
+
+
+def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Strides, in elements, of a C-contiguous array of ``shape``."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
