@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -82,6 +83,22 @@ def test_a_second_op_and_a_second_process_use_the_cache(tuning):
     assert out.stdout.split() == ["True", first.tuning.name]
 
 
+def test_turning_it_on_reads_the_file_so_a_tuned_first_call_does_not(tuning, monkeypatch):
+    x, w = arrays()
+    first = oc.ConvTranspose(**ATTRS)
+    first(x, w)  # tuned and stored
+    tuning_cache.forget()  # a new process
+    oc.set_autotune(True)
+
+    def no_read(*args, **kwargs):
+        raise AssertionError("the first call read the cache file")
+
+    monkeypatch.setattr(tuning_cache, "_read", no_read)
+    second = oc.ConvTranspose(**ATTRS)
+    np.testing.assert_array_equal(second(x, w), first(x, w))
+    assert second.tuning.cached and second.tuning.name == first.tuning.name
+
+
 def test_a_long_call_is_timed_on_a_smaller_batch(tuning, monkeypatch):
     monkeypatch.setattr(autotune, "LONG_CALL_SECONDS", 1e-9)  # every call counts as long
     x, w = arrays()
@@ -106,14 +123,22 @@ def test_off_means_the_rules(tuning):
     assert not (tuning / tuning_cache.FILE_NAME).exists()
 
 
+@pytest.mark.parametrize("read_at", ["set_autotune", "first call"])
 @pytest.mark.parametrize("content", ["{not json", '{"format": 99, "contexts": {}}', "[1, 2]",
                                      '{"format": 1, "contexts": {"c": {"k": {"name": 3}}}}'])
-def test_a_corrupt_or_foreign_file_is_ignored_with_a_warning_and_rewritten(tuning, content):
+def test_a_corrupt_or_foreign_file_is_ignored_with_a_warning_and_rewritten(tuning, content, read_at):
     (tuning / tuning_cache.FILE_NAME).write_text(content)
+    tuning_cache.forget()  # as a process starting with this file
     x, w = arrays()
     op = oc.ConvTranspose(**ATTRS)
     with pytest.warns(tuning_cache.TuningCacheWarning, match="ignoring the autotuning cache") as caught:
-        op(x, w)
+        if read_at == "set_autotune":  # turning it on reads the file
+            oc.set_autotune(True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                op(x, w)
+        else:  # the cache directory changed after that: the first lookup reads it
+            op(x, w)
     assert len(caught) == 1  # once: not again when the tuned choice is written
     assert not op.tuning.cached
     data = json.loads((tuning / tuning_cache.FILE_NAME).read_text())

@@ -126,9 +126,9 @@ def test_results_match_reference_and_torch(tiny_run: dict) -> None:
 
 def test_targets_listed(tiny_run: dict) -> None:
     doc = json.loads((tiny_run["out"] / "run.json").read_text())
-    assert [t["id"] for t in doc["targets"]] == [1, 2, 3, 4, 5, 6, 7]
+    assert [t["id"] for t in doc["targets"]] == [1, 2, 3, 4, 5, 6, 7, 8]
     by_id = {t["id"]: t for t in doc["targets"]}
-    assert by_id[1]["met"] is None and by_id[3]["met"] is None and by_id[7]["met"] is None  # no models suite
+    assert all(by_id[i]["met"] is None for i in (1, 3, 7, 8))  # no models suite
     assert by_id[6]["met"] is True  # no recompiles, out= allocation-free (not a timing)
     for t in doc["targets"]:
         assert f"{t['id']}. {t['target']}" in tiny_run["stdout"]
@@ -403,3 +403,25 @@ def test_allocation_target_leaves_out_matmul_plans_tuned_or_not() -> None:
     assert report.copies_by_design(row("ConvTranspose", emulated=True))
     assert not report.copies_by_design(row("ConvTranspose (tuned: ConvTranspose)"))
     assert not report.copies_by_design(row("Convolution (tuned: MatMul (frames))"))
+
+
+def test_first_calls_of_a_tuned_and_an_untuned_process(tmp_path, monkeypatch) -> None:
+    from onednn_convt import tune
+    from onednn_convt.lowering import autotune, tuning_cache
+
+    monkeypatch.setenv("ONEDNN_CONVT_CACHE_DIR", str(tmp_path))
+    tuning_cache.forget()
+    was = autotune.enabled()
+    try:
+        cfg = next(c for c in suites.configs("tiny") if c.op == "fwd" and c.dtype == "f32")
+        autotune.set_autotune(True)
+        tuned = tune.tune_config(cfg)
+        rec: dict = {}
+        runner.measure_first_calls(cfg, rec, pairs=2)
+    finally:
+        autotune.set_autotune(was)
+        tuning_cache.forget()
+    assert autotune.enabled() is was
+    assert rec["first_tuned_lowering"].endswith(f"(tuned: {tuned['chosen']})")
+    assert rec["first_tuned_ms"] > 0 and rec["first_untuned_ms"] > 0 and rec["cache_read_ms"] > 0
+    assert rec["first_tuned_vs_untuned"] == rec["first_tuned_ms"] / rec["first_untuned_ms"]

@@ -237,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
         rec = runner.run_config(cfg, opts, peak)
         if tuned is not None:
             rec["tuning"] = tuned
+            runner.measure_first_calls(cfg, rec)
         records.append(rec)
         print(" " + _progress(rec) + f"  [{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
 

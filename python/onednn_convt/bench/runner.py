@@ -80,6 +80,49 @@ def run_config(cfg: Config, opts: Options, peak: dict[str, Any]) -> dict[str, An
     return rec
 
 
+#: pairs of first calls (a tuned second process's, the untuned one) per autotuned configuration
+FIRST_CALL_PAIRS = 4
+
+
+def measure_first_calls(cfg: Config, rec: dict[str, Any], pairs: int = FIRST_CALL_PAIRS) -> None:
+    """A tuned second process's first call against the untuned first call, side by side.
+
+    For an autotuned configuration (its choice in the cache file): ``pairs`` rounds, each of
+    a tuned first call and an untuned one (autotuning off: the rules' choice compiled),
+    which of the two goes first alternating from round to round, every compile cache (ours
+    and oneDNN's) cleared before each. Before the tuned call, the cache file is read afresh
+    by turning autotuning on, as a new process does (timed apart: ``cache_read_ms``; the
+    package's import of platformdirs is not in it, this process having imported it).
+    Records the medians (``first_tuned_ms``, ``first_untuned_ms``), their ratio
+    (``first_tuned_vs_untuned``) and the tuned call's lowering string."""
+    from ..lowering import autotune, tuning_cache
+
+    times: dict[bool, list[float]] = {True: [], False: []}
+    reads: list[float] = []
+    was = autotune.enabled()
+    try:
+        for i in range(pairs):
+            for tuned in ((True, False) if i % 2 == 0 else (False, True)):  # each first in turn
+                case = cfg.build()
+                tuning_cache.forget()
+                start = time.perf_counter()
+                autotune.set_autotune(tuned)
+                if tuned:
+                    reads.append(time.perf_counter() - start)
+                clear_cache()
+                start = time.perf_counter()
+                case.op(*case.args)
+                times[tuned].append(time.perf_counter() - start)
+                if tuned:
+                    rec["first_tuned_lowering"] = case.op.lowering
+    finally:
+        autotune.set_autotune(was)
+    rec["cache_read_ms"] = statistics.median(reads) * 1e3
+    rec["first_tuned_ms"] = statistics.median(times[True]) * 1e3
+    rec["first_untuned_ms"] = statistics.median(times[False]) * 1e3
+    rec["first_tuned_vs_untuned"] = rec["first_tuned_ms"] / rec["first_untuned_ms"]
+
+
 def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[str, Any]) -> None:
     case = cfg.build()
     op, args = case.op, case.args

@@ -73,7 +73,9 @@ def enabled() -> bool:
 
 def set_autotune(on: bool) -> None:
     """Turn autotuning on or off for this process (op objects already planned keep their
-    plans; new signatures follow the setting).
+    plans; new signatures follow the setting). Turning it on reads the cache file (once per
+    process), so that the first call of a signature tuned before pays for nothing but its
+    compile.
 
     Raises:
         TypeError: ``on`` is not a bool.
@@ -83,6 +85,12 @@ def set_autotune(on: bool) -> None:
         msg = f"set_autotune: argument 'on' expected a bool, got {on!r}"
         raise TypeError(msg)
     _enabled = on
+    if on:  # the cache file is read here, not in the first call of a tuned signature
+        tuning_cache.preload()
+
+
+if _enabled:  # ONEDNN_CONVT_AUTOTUNE: the file is read at import, as set_autotune(True) reads it
+    tuning_cache.preload()
 
 
 @dataclass(frozen=True)

@@ -113,15 +113,26 @@ def _valid(entry: Any) -> bool:
     )
 
 
+def _contexts(file: Path) -> dict[str, dict[str, Any]]:
+    """What ``file`` holds, read once per process (until :func:`forget`)."""
+    with _lock:
+        if file not in _loaded:
+            _loaded[file] = _read(file)
+        return _loaded[file]
+
+
+def preload() -> None:
+    """Read the cache file now (locating the user's cache directory, parsing and checking
+    the file: about 3 ms with platformdirs imported for it), so that the first call of a
+    tuned signature does not pay for it; autotuning calls this when it is turned on."""
+    _contexts(path())
+
+
 def lookup(key: str, candidates: list[str]) -> Optional[dict[str, Any]]:
     """The cached entry for problem ``key`` in this context, if it was measured among
     exactly ``candidates`` (in any order: another rules table may put another first) and
     chose one of them; else None."""
-    file = path()
-    with _lock:
-        if file not in _loaded:
-            _loaded[file] = _read(file)
-        entry = _loaded[file].get(context(), {}).get(key)
+    entry = _contexts(path()).get(context(), {}).get(key)
     if entry is None or sorted(entry["candidates"]) != sorted(candidates) or entry["name"] not in candidates:
         return None
     return dict(entry)
