@@ -80,17 +80,28 @@ class Core:
     that Convolution, whose kernels keep their speed with post-ops fused where the library's
     deconvolution kernel loses it (10x and more on the models suite's depthwise layer).
 
+    Or, in NXC where the taps tile the output (stride = kernel, no pads: the U-Net
+    up-sampling), the ``MatMul`` over the taps that writes dst itself
+    (:func:`onednn_convt.lowering.matmul_tiles.conv_transpose`), where the plain op runs so
+    (the measured rules' choice, or the guard's route on AMX, which keeps bf16 native): its
+    result is dst's memory in another shape, the post-ops' tensors are seen in that shape.
+
     Attributes:
         kind: the library op kind.
         attrs: its attributes.
         weights_format: the format of the weights it takes (IOX/XOI, or OIX/XIO).
-        prepare: turns (src, weights[, bias]) into its inputs (the weights flip), or None.
+        prepare: turns (src, weights[, bias], binary operands...) into its graph's inputs
+            (the weights flip; the MatMul's views), or None.
+        out_shape: the shape of its result and the post-ops' (None: dst's).
+        how: what ``op.lowering`` adds to say how the ConvTranspose was computed.
     """
 
     kind: str
     attrs: dict[str, Any]
     weights_format: str
     prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None
+    out_shape: Optional[tuple[int, ...]] = None
+    how: str = ""
 
 
 def make_core(op: ConvTranspose, lowering: Optional[lowerings.Lowering], src_shape: Sequence[int],
@@ -98,8 +109,45 @@ def make_core(op: ConvTranspose, lowering: Optional[lowerings.Lowering], src_sha
     """The :class:`Core` of a fused call whose plain op lowers to ``lowering`` (None: the
     library's ConvTranspose)."""
     if lowering is not None and lowering.kind == lowerings.CONVOLUTION:
-        return Core(lowering.kind, lowering.attrs, lowering.attrs["weights_format"], lowering.prepare)
+        return Core(lowering.kind, lowering.attrs, lowering.attrs["weights_format"], lowering.prepare,
+                    how=" (the ConvTranspose as a Convolution over flipped weights)")
     return Core(lowerings.CONV_TRANSPOSE, op._convtranspose_attrs(src_shape, w_shape), op.attrs["weights_format"])
+
+
+def tiles_core(op: ConvTranspose, arrays: Sequence[Any], code: str,
+               operand_shapes: Sequence[tuple[int, ...]]) -> Optional[Core]:
+    """The MatMul :class:`Core` of a float NXC call whose plain op runs as
+    :data:`onednn_convt.lowering.base.TILES` (see :class:`Core`), each binary post-op's
+    tensor being dst-shaped or one value; else None."""
+    from . import lowering
+    from .lowering import matmul_tiles
+
+    src, w, bias = arrays[:3]
+    if op.attrs["data_format"] != "NXC":
+        return None
+    problem = op._problem([src, w, bias], code)
+    if lowering.rule(problem, native=op.strict) != lowerings.TILES:
+        return None
+    dst = problem.out_shape
+    parts = matmul_tiles.conv_transpose(src.shape, problem.kernel, problem.oc, "NXC", op.attrs["weights_format"])
+    shape: tuple[int, ...] = parts["library_shape"]
+    # no per-channel tensors: oneDNN 3.2 runs such a MatMul on its reference kernel (ref:any)
+    # under AVX2 and, for 3-D problems (a 6-D MatMul), under AVX-512 and AMX too: 800 ms for
+    # the models suite's conv3d layer against 0.6 ms
+    if any(s not in (tuple(dst), (1,) * len(dst)) for s in operand_shapes):
+        return None
+    head = 2 + (bias is not None)
+
+    def seen(x: np.ndarray) -> np.ndarray:
+        """A binary operand (at dst's rank) in the MatMul result's shape: dst's memory order
+        (a view where x is contiguous), or its one value."""
+        return x.reshape(shape if x.shape == tuple(dst) else (1,) * len(shape))
+
+    def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
+        return list(parts["prepare"](args[:head])) + [seen(x) for x in args[head:]]
+
+    return Core(lowerings.MATMUL, {}, op.attrs["weights_format"], prepare, shape,
+                " (the ConvTranspose as a MatMul over the taps)")
 
 
 def make_fusion(
@@ -171,6 +219,7 @@ class FusedPlan:
     has_bias: bool
     compiled: Any = None
     prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None  # Core.prepare
+    library_shape: Optional[tuple[int, ...]] = None  # Core.out_shape: the library's view of dst
     emulated: bool = False  # bf16/f16 computed in f32
     finite_guard: bool = False  # native bf16/f16: redo in f32 if the result is non-finite
     executor: Any = None
@@ -200,7 +249,7 @@ class FusedPlan:
                     args[i] = args[i].copy()
         else:
             result = np.empty(shape, compute)
-        self.compiled.execute(args, result)
+        self.compiled.execute(args, result if self.library_shape is None else result.reshape(self.library_shape))
         if self.finite_guard and not dtypes.all_finite(result):
             # oneDNN 3.2's native bf16/f16 kernels spread a non-finite value to outputs it
             # does not reach (ops._Plan._guarded): the same graph in f32
@@ -324,19 +373,29 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     strides = schema.per_dim(name, "strides", op.attrs["strides"], spatial)
     guarded = bool(guards.stride_not_below_kernel(code, kernel, strides))
     guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name if guarded else None
-    core = make_core(op, lowering, src.shape, w.shape)
     plan_args = dict(op=op, fusion=f, out_dtype=out_dtype, operand_shapes=tuple(operand_shapes),
-                     has_bias=bias is not None, prepare=core.prepare)
-    emulate = code in ("bf16", "f16") and (force_f32 or guarded or op._NATIVE_FUSED.get(code) is False)
-    attempts = [emulate] if emulate or code not in ("bf16", "f16") else [False, True]
-    reason = ""
+                     has_bias=bias is not None)
     unfused = False  # the library splits this graph, or fuses it wrongly: plain op, then NumPy
+    reason = ""
     if any(p.dequantize is not None and x.dtype != out_dtype for p, x in zip(f.binary, operands)):
         # oneDNN 3.2 fuses a dequantized Add (its "sum" post-op) whose tensor is s8 into a u8
         # dst, or u8 into s8, and returns wrong values (up to 65 quantization steps off;
         # measured on Sapphire Rapids under every ONEDNN_MAX_CPU_ISA from AVX2 to AMX): unfused
-        attempts, unfused = [], True
+        unfused = True
         reason = "oneDNN 3.2 computes a fused sum whose tensor's dtype differs from dst's wrongly"
+    tiles = None if f.int8 or unfused else tiles_core(op, arrays, code, operand_shapes)
+    if tiles is not None:  # the MatMul first; where the library does not fuse it, the op's own core
+        emulated = force_f32 or (code != "f32" and op._NATIVE_FUSED.get(code) is False)
+        try:
+            compiled = _compile(op, f, tiles, arrays, operand_shapes, out_shape, "f32" if emulated else code,
+                                out_dtype, emulated)
+        except UnsupportedError:
+            pass
+        else:
+            return _fused_plan(tiles, compiled, emulated, code, out_shape, guard, arrays, plan_args)
+    core = make_core(op, lowering, src.shape, w.shape)
+    emulate = code in ("bf16", "f16") and (force_f32 or guarded or op._NATIVE_FUSED.get(code) is False)
+    attempts = [] if unfused else [emulate] if emulate or code not in ("bf16", "f16") else [False, True]
     for emulated in attempts:
         compute = "f32" if emulated else code
         try:
@@ -354,18 +413,25 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
             continue
         if not emulated and code in ("bf16", "f16"):
             op._NATIVE_FUSED[code] = True
-        how = " (the ConvTranspose as a Convolution over flipped weights)" if core.prepare is not None else ""
-        low = FusedLowering(f"{f.chain(bias is not None, core.kind)}: 1 fused partition{how}", out_shape, 1, True, guard)
-        plan = FusedPlan(lowering=low, compiled=compiled, emulated=emulated,
-                         finite_guard=not emulated and code in ("bf16", "f16"), **plan_args)  # type: ignore[arg-type]
-        plan.executor = _executor(plan, arrays)
-        return plan
+        return _fused_plan(core, compiled, emulated, code, out_shape, guard, arrays, plan_args)
     if f.int8 and not unfused:  # compiled as one partition, then refused (a bad combination)
         raise UnsupportedError(f"{name}: oneDNN refuses this int8 call: {reason}", 3)
     why = reason.split(": ", 1)[-1].split(" (oneDNN")[0] if reason else "not compiled"
     before = "Dequantize in NumPy, " if f.int8 else ""
     kind = f"{before}ConvTranspose (f32), then {', '.join(f.after(bias is not None))} in NumPy ({why})"
     return FusedPlan(lowering=FusedLowering(kind, out_shape, 1, False, guard), **plan_args)  # type: ignore[arg-type]
+
+
+def _fused_plan(core: Core, compiled: Any, emulated: bool, code: str, out_shape: tuple[int, ...],
+                guard: Optional[str], arrays: Sequence[Any], plan_args: dict[str, Any]) -> FusedPlan:
+    """The plan of a graph compiled as one partition around ``core``."""
+    f: Fusion = plan_args["fusion"]
+    kind = f"{f.chain(plan_args['has_bias'], core.kind)}: 1 fused partition{core.how}"
+    plan = FusedPlan(lowering=FusedLowering(kind, out_shape, 1, True, guard), compiled=compiled, emulated=emulated,
+                     prepare=core.prepare, library_shape=core.out_shape,
+                     finite_guard=not emulated and code in ("bf16", "f16"), **plan_args)
+    plan.executor = _executor(plan, arrays)
+    return plan
 
 
 def _check_dtypes(op: ConvTranspose, f: Fusion, arrays: Sequence[Any]) -> tuple[str, np.dtype[Any]]:
@@ -439,6 +505,7 @@ def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
             wq["axis"] = _weights_axis(core.weights_format, len(w_shape))
         w_ref = add("Dequantize", wq, [1], w_shape, "f32")
     conv = [src_ref, w_ref] + ([2] if has_bias else [])
+    out_shape = core.out_shape or out_shape  # the post-ops work in the core's result's shape
     ref = add(core.kind, core.attrs, conv, out_shape, inter)
     first = operand = 3 if has_bias else 2
     for p in f.post_ops:
@@ -468,7 +535,8 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
     inter = "f32" if f.int8 else compute
     nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape,
                         args[1].shape, core)
-    output = (list(out_shape), list(shapes.dense_strides(out_shape)), out_code)
+    shape = core.out_shape or out_shape
+    output = (list(shape), list(shapes.dense_strides(shape)), out_code)
     return _core.compile(f.chain(has_bias, core.kind), {}, descs, output, nodes=nodes)
 
 

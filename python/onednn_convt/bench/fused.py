@@ -16,8 +16,11 @@ in each round, each after a short sleep; the others without):
   post-ops in NumPy, in place (GELU, erf form, through a float32 buffer);
 * ``post``: the NumPy post-ops alone (out of place from a ready dst into a buffer, then in
   place: the same bytes as in ``unfused``);
-* ``pass``: one NumPy copy of dst (reads and writes dst once: dst bytes x 2), the memory
-  pass a post-op costs at the least;
+* ``pass``: one memory pass over dst in place, as a post-op run after the op makes it: each
+  byte read once and written back (a bitwise XOR with 0 over a copy of dst seen as
+  integers: no arithmetic to speak of, any dtype), the least a post-op's pass costs;
+* ``copy``: one NumPy copy of dst into another buffer, for comparison: it also reads the
+  destination's lines before writing them (write-allocate), 1.3-2.3x a pass here;
 * ``fused (alloc)``: the fused call allocating its result, as PyTorch's does;
 * ``torch``: ``torch.nn.functional.conv_transpose{1,2,3}d`` with the bias, then the post-ops
   with torch ops (in place where torch has them), on tensors made once, in the same memory
@@ -326,11 +329,12 @@ def _time_row(
     rec: Record, runners: dict[str, Callable[[], Any]], opts: Options, dst_bytes: int,
 ) -> None:
     """Time the runners in rounds and derive the row's figures. ``runners``: ``fused``,
-    ``unfused``, ``post``, ``pass``, ``fused_alloc`` and optionally ``torch``."""
+    ``unfused``, ``post``, ``pass``, ``copy``, ``fused_alloc`` and optionally ``torch``."""
     # PyTorch's batch and the allocating fused call's come first in each round, each after a
     # sleep (the other OpenMP runtime's threads stop spinning), so that both start alike; the
     # rest follow without sleeps
-    names = [n for n in ("torch", "fused_alloc", "fused", "fused_inplace", "unfused", "post", "pass") if n in runners]
+    names = [n for n in ("torch", "fused_alloc", "fused", "fused_inplace", "unfused", "post", "pass", "copy")
+             if n in runners]
     torch_first: Optional[float] = None
     if "torch" in runners and opts.torch_limit > 0:  # a very slow PyTorch call is timed alone
         start = time.perf_counter()
@@ -372,6 +376,20 @@ def _time_row(
     rec["pass_gbs"] = 2 * dst_bytes / (rec["pass_ms"] * 1e-3) / 1e9
     if rec.get("torch_ms") is not None:
         rec["torch_vs_fused"] = rec["torch_ms"] / rec["fused_alloc_ms"]
+
+
+def in_place_pass(dst: np.ndarray) -> Callable[[], None]:
+    """A runner of one memory pass over a copy of ``dst`` in place: each byte read once and
+    written back (XOR with 0 over the bytes seen as the widest unsigned integers that tile
+    them), as a post-op applied after the op reads and writes dst."""
+    scratch = np.ascontiguousarray(dst).copy().reshape(-1).view(np.uint8)
+    width = next(w for w in (8, 4, 2, 1) if scratch.size % w == 0)
+    words = scratch.view(f"u{width}")
+
+    def run() -> None:
+        np.bitwise_xor(words, 0, out=words)
+
+    return run
 
 
 def _median(values: Sequence[float]) -> float:
@@ -435,15 +453,15 @@ def float_row(inp: Inputs, case: PostCase, opts: Options) -> Record:
     def run_post() -> None:
         numpy_post(y0, buf, case.kinds, operands, tmp)
 
-    def run_pass() -> None:
+    def run_copy() -> None:
         np.copyto(copy, y0)
 
     def run_fused_alloc() -> Any:
         return fused(src, w, bias, *operands)
 
     runners: dict[str, Callable[[], Any]] = {
-        "fused": run_fused, "unfused": run_unfused, "post": run_post, "pass": run_pass,
-        "fused_alloc": run_fused_alloc,
+        "fused": run_fused, "unfused": run_unfused, "post": run_post, "pass": in_place_pass(y0),
+        "copy": run_copy, "fused_alloc": run_fused_alloc,
     }
     run_fused()
     run_unfused()
@@ -555,15 +573,15 @@ def int8_row(inp: Inputs, opts: Options) -> Record:
         np.maximum(y0, 0, out=buf)
         quantize_u8(buf, s_dst, q_p)
 
-    def run_pass() -> None:
+    def run_copy() -> None:
         np.copyto(copy, y0)
 
     def run_fused_alloc() -> Any:
         return fused(src_u8, w_s8, bias)
 
     runners: dict[str, Callable[[], Any]] = {
-        "fused": run_fused, "unfused": run_unfused, "post": run_post, "pass": run_pass,
-        "fused_alloc": run_fused_alloc,
+        "fused": run_fused, "unfused": run_unfused, "post": run_post, "pass": in_place_pass(y0),
+        "copy": run_copy, "fused_alloc": run_fused_alloc,
     }
     run_fused()
     run_unfused()
@@ -777,6 +795,7 @@ COLUMNS: list[tuple[str, Callable[[Record], str]]] = [
     ("NumPy post ms", lambda r: _f(r.get("post_ms"))),
     ("saved/post", lambda r: _r(r.get("saved_vs_post"))),
     ("pass ms", lambda r: _f(r.get("pass_ms"))),
+    ("copy ms", lambda r: _f(r.get("copy_ms"))),
     ("saved/pass", lambda r: _r(r.get("saved_vs_pass"))),
     ("in place ms", lambda r: _f(r.get("fused_inplace_ms"))),
     ("saved/pass in place", lambda r: _r(r.get("saved_inplace_vs_pass"))),
@@ -848,8 +867,10 @@ Columns: *fused ms*: one call of `ConvTranspose(post_ops=...)` with `out=`; *unf
 `ConvTranspose` with the bias (`out=`), then the same post-ops in NumPy, in place (int8: the int8
 ConvTranspose with an f32 dst, itself one partition, then ReLU and Quantize to u8 in NumPy); *saved ms*: median of the
 per-round differences unfused - fused; *NumPy post ms*: the post-ops alone in NumPy on a ready dst
-(int8: ReLU and Quantize); *pass ms*: one NumPy copy of dst (reads and writes dst once, dst bytes x 2;
-int8: of the f32 dst), the memory pass a post-op costs at the least; *saved/pass* at or above 1: fusion
+(int8: ReLU and Quantize); *pass ms*: one memory pass over dst in place (each byte read once and written back: a
+bitwise XOR with 0 over dst's bytes; int8: over the f32 dst), the memory pass a post-op costs at the
+least; *copy ms*: a NumPy copy of dst into another buffer, for comparison (the write-allocate reads the
+destination too, so a copy costs more than a pass); *saved/pass* at or above 1: fusion
 saves at least the post-op's memory pass; *in place ms*: the fused call with `out=` its residual (chains
 whose first post-op adds a tensor of dst's shape), and its *saved/pass*; *best saved/pass [q1, q3]*: the
 better of the two calls, with the quartiles of its per-round savings in passes (q3 below 1: it saves less
@@ -859,7 +880,7 @@ faster); *check*: relative error of the fused result against the unfused one / P
 largest difference in u8 steps and the share of elements that differ, against the unfused result, the
 f32 op on the dequantized tensors and PyTorch's, with the quantized engine that passed); *busy*: CPUs other processes
 used meanwhile. Times are medians of alternating batches (torch, fused alloc, fused, unfused, post,
-pass, torch, ...; a short sleep before torch's and fused alloc's batches lets the other OpenMP
+pass, copy, torch, ...; a short sleep before torch's and fused alloc's batches lets the other OpenMP
 runtime's threads stop spinning). NumPy's bf16 arithmetic (ml_dtypes) runs scalar loops, several
 times slower than a memory pass: bf16's unfused figures are mostly NumPy's cost, saved/pass says how
 much more than one pass fusion saved."""

@@ -66,7 +66,8 @@ def build(p: Problem, name: str) -> Lowering:
         )
         return Lowering(base.MATMUL, inputs=(0, 1), out_shape=p.out_shape, name=name, **parts)
     if name == base.TILES:
-        parts = matmul_tiles.conv_transpose(p.input_shapes[0], p.kernel, p.oc // p.groups, p.data_format, p.weights_format)
+        parts = matmul_tiles.conv_transpose(p.input_shapes[0], p.kernel, p.oc // p.groups, p.data_format,
+                                            p.weights_format, bias_in_matmul=p.dtype != "f16")
         return Lowering(base.MATMUL, inputs=inputs, out_shape=p.out_shape, guard=guard, name=name, **parts)
     if name == base.FLIPPED_CONVOLUTION:
         return _flipped_convolution(p, inputs)
