@@ -382,14 +382,87 @@ def test_guarded_low_precision_runs_the_graph_in_f32(code: str) -> None:
     src = rng.uniform(-1, 1, (1, 4, 4, 2)).astype(dt)
     w = rng.uniform(-1, 1, (2, 2, 3, 2)).astype(dt)
     chain = [PostOp("Sigmoid")]
-    op = oc.ConvTranspose(strides=2, post_ops=chain)
+    op = oc.ConvTranspose(strides=3, post_ops=chain)  # stride > kernel: the taps do not tile dst
     got = op(src, w)
-    check(got, src, w, None, [], chain, code, strides=2)
+    check(got, src, w, None, [], chain, code, strides=3)
     assert op.fused is True
     guarded = oc.guards.active(oc.guards.AMX_STRIDE_NOT_BELOW_KERNEL, code)
     assert (op.guard is not None) == guarded
     if guarded:
         assert "(f32 emulation)" in (op.lowering or "")
+
+
+def tiles_inputs(code: str, rank: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+    """NXC src, XOI weights (kernel 2), bias and dst's shape of a stride-2 problem whose taps
+    tile dst (the U-Net up-sampling)."""
+    rng = np.random.default_rng(seed)
+    xs = (3, 4, 2)[:rank] if rank < 3 else (2, 3, 2)
+    dt = DTYPES[code]
+    src = rng.uniform(-1, 1, (2, *xs, 5)).astype(dt)
+    w = rng.uniform(-0.5, 0.5, (*(2,) * rank, 3, 5)).astype(dt)
+    return src, w, rng.uniform(-0.5, 0.5, 3).astype(dt), (2, *(2 * x for x in xs), 3)
+
+
+@pytest.fixture
+def tiles_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rules choose the tiles MatMul for every problem it can run (the measured table
+    chooses it for some shapes per CPU: the models suite's conv3d layer in f32 here)."""
+    from onednn_convt import lowering
+    from onednn_convt.lowering import base, matmul_tiles
+
+    rule = lowering.rule
+
+    def tiles_first(p: Any, native: bool = False) -> str:
+        g = p.geometry
+        if p.op == "ConvTranspose" and matmul_tiles.applies(p.kernel, *g.astuple(), p.groups, p.output_padding):
+            return base.TILES
+        return rule(p, native=native)
+
+    monkeypatch.setattr(lowering, "rule", tiles_first)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("chain, operands", [
+    (["ReLU"], []), (["Add", "GELU"], ["full"]), (["Multiply", "Tanh", "Maximum"], ["one", "full"]),
+    (["Add", "ReLU", "Multiply"], ["full", "channel"]),
+])
+def test_tiles_matmul_heads_the_graph_where_its_kernels_take_the_chain(
+        tiles_rule: None, rank: int, code: str, chain: list[str], operands: list[str]) -> None:
+    """Where the plain op runs as the tiles MatMul, the fused graph is that MatMul and its
+    post-ops, in the MatMul's shape of dst: f32 and bf16 on the CPUs whose MatMul kernels
+    take every chain (fusion.MATMUL_POST_OPS_ISAS), dst-shaped and one-valued tensors;
+    else the ConvTranspose heads it. Right either way, twice (the plan's second call)."""
+    from onednn_convt import fusion, guards
+
+    src, w, b, shape = tiles_inputs(code, rank)
+    rng = np.random.default_rng(5)
+    sizes = {"full": shape, "one": (1,), "channel": (3,)}
+    tensors = [rng.uniform(0.5, 1.5, sizes[o]).astype(DTYPES[code]) for o in operands]
+    posts = [PostOp(k) for k in chain]
+    op = oc.ConvTranspose(strides=2, post_ops=posts)
+    got = op(src, w, b, *tensors)
+    check(got, src, w, b, tensors, posts, code, strides=2)
+    matmul = guards.dispatch_isa() in fusion.MATMUL_POST_OPS_ISAS.get(code, ()) and "channel" not in operands
+    assert op.fused is True and op.partitions == 1
+    assert (op.lowering or "").startswith("MatMul+" if matmul else "ConvTranspose+"), op.lowering
+    if matmul:
+        assert "(the ConvTranspose as a MatMul over the taps)" in (op.lowering or "")
+        assert "emulation" not in (op.lowering or "")  # bf16 native, guarded or not
+    again = op(src, w, b, *tensors)
+    np.testing.assert_array_equal(np.asarray(again, np.float64), np.asarray(got, np.float64))
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+def test_tiles_matmul_out_may_be_the_residual(tiles_rule: None, code: str) -> None:
+    """out= the dst-shaped Add's own tensor, which the MatMul sees in its own shape."""
+    src, w, b, shape = tiles_inputs(code, 2, seed=3)
+    residual = np.random.default_rng(4).uniform(-1, 1, shape).astype(DTYPES[code])
+    want = oc.ConvTranspose(strides=2, post_ops=["Add", "ReLU"])(src, w, b, residual)
+    op = oc.ConvTranspose(strides=2, post_ops=["Add", "ReLU"])
+    got = op(src, w, b, residual, out=residual)
+    assert got is residual
+    np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
 
 
 def test_torch_tensors_in_torch_tensor_out() -> None:

@@ -114,16 +114,29 @@ def make_core(op: ConvTranspose, lowering: Optional[lowerings.Lowering], src_sha
     return Core(lowerings.CONV_TRANSPOSE, op._convtranspose_attrs(src_shape, w_shape), op.attrs["weights_format"])
 
 
+#: dtype -> the dispatch ISAs on which oneDNN 3.2 runs a MatMul with every post-op chain on
+#: its brgemm kernels, measured (Sapphire Rapids under ONEDNN_MAX_CPU_ISA caps: every unary
+#: post-op, every binary one dst-shaped and one-valued, alone and in chains, 1-D to 3-D).
+#: Elsewhere some chains run on its reference kernel (``ref:any``, 100-1000x slower):
+#: gemm:jit (f32 under AVX2, bf16 under AVX512_CORE) for a unary post-op then a dst-shaped
+#: Add, every f16 MatMul with a bias or a post-op, and per-channel tensors on some levels.
+MATMUL_POST_OPS_ISAS = {
+    "f32": frozenset({"avx512_core", "avx512_core_bf16", "avx512_core_fp16", "avx512_core_amx"}),
+    "bf16": frozenset({"avx512_core_bf16", "avx512_core_fp16", "avx512_core_amx"}),
+}
+
+
 def tiles_core(op: ConvTranspose, arrays: Sequence[Any], code: str,
                operand_shapes: Sequence[tuple[int, ...]]) -> Optional[Core]:
-    """The MatMul :class:`Core` of a float NXC call whose plain op runs as
-    :data:`onednn_convt.lowering.base.TILES` (see :class:`Core`), each binary post-op's
-    tensor being dst-shaped or one value; else None."""
+    """The MatMul :class:`Core` of an f32 or bf16 NXC call whose plain op runs as
+    :data:`onednn_convt.lowering.base.TILES` (see :class:`Core`), on a CPU of
+    :data:`MATMUL_POST_OPS_ISAS`, each binary post-op's tensor being dst-shaped or one
+    value; else None."""
     from . import lowering
     from .lowering import matmul_tiles
 
     src, w, bias = arrays[:3]
-    if op.attrs["data_format"] != "NXC":
+    if op.attrs["data_format"] != "NXC" or guards.dispatch_isa() not in MATMUL_POST_OPS_ISAS.get(code, ()):
         return None
     problem = op._problem([src, w, bias], code)
     if lowering.rule(problem, native=op.strict) != lowerings.TILES:
