@@ -390,6 +390,10 @@ def test_guarded_low_precision_runs_the_graph_in_f32(code: str) -> None:
     assert (op.guard is not None) == guarded
     if guarded:
         assert "(f32 emulation)" in (op.lowering or "")
+    # the second call runs the C++ executor, which converts to f32 staging memory when emulated
+    assert op._fast is not None or not oc._core.fast_conversion
+    again = op(src, w)
+    np.testing.assert_array_equal(np.asarray(again, np.float64), np.asarray(got, np.float64))
 
 
 def tiles_inputs(code: str, rank: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:

@@ -7,8 +7,9 @@ call's tensors against it and compiles the graph (``Dequantize ->`` ConvTranspos
 post-ops ``-> Quantize``). Where the library's graph cannot run here it falls back, and
 says so in ``op.lowering``:
 
-- bf16/f16 without native kernels, or on a problem a guard keeps away from the library's
-  low-precision kernel (:mod:`onednn_convt.guards`): the same graph in f32, rounded once;
+- bf16/f16 without native kernels, on a problem a guard keeps away from the library's
+  low-precision kernel (:mod:`onednn_convt.guards`), or where the measured rules run the
+  plain op in f32 (faster there): the same graph in f32, rounded once;
 - a graph the library does not fuse into one partition: the plain ConvTranspose in f32,
   then the post-ops and the quantization in NumPy (float64, the reference's math).
 """
@@ -22,12 +23,14 @@ import numpy as np
 
 # ops imports this module: its names are used at call time only
 from . import _core, dtypes, guards, limits, ops, reference, schema, shapes
+from . import lowering as lowering_rules
 from .lowering import base as lowerings
 from .errors import UnsupportedError
 from .post_ops import INT8_DTYPES, Dequantize, PostOp, Quantize, as_post_ops
 
 if TYPE_CHECKING:
     from .ops import ConvTranspose
+    from .problem import Problem
 
 F32 = np.dtype(np.float32)
 
@@ -126,20 +129,18 @@ MATMUL_POST_OPS_ISAS = {
 }
 
 
-def tiles_core(op: ConvTranspose, arrays: Sequence[Any], code: str,
+def tiles_core(op: ConvTranspose, problem: Problem, plain_rule: str, arrays: Sequence[Any], code: str,
                operand_shapes: Sequence[tuple[int, ...]]) -> Optional[Core]:
     """The MatMul :class:`Core` of an f32 or bf16 NXC call whose plain op runs as
-    :data:`onednn_convt.lowering.base.TILES` (see :class:`Core`), on a CPU of
+    :data:`onednn_convt.lowering.base.TILES` (``plain_rule``, the rules' lowering of
+    ``problem``: see :class:`Core`), on a CPU of
     :data:`MATMUL_POST_OPS_ISAS`, each binary post-op's tensor being dst-shaped or one
     value; else None."""
-    from . import lowering
     from .lowering import matmul_tiles
 
-    src, w, bias = arrays[:3]
-    if op.attrs["data_format"] != "NXC" or guards.dispatch_isa() not in MATMUL_POST_OPS_ISAS.get(code, ()):
-        return None
-    problem = op._problem([src, w, bias], code)
-    if lowering.rule(problem, native=op.strict) != lowerings.TILES:
+    src, _, bias = arrays[:3]
+    if (op.attrs["data_format"] != "NXC" or plain_rule != lowerings.TILES
+            or guards.dispatch_isa() not in MATMUL_POST_OPS_ISAS.get(code, ())):
         return None
     dst = problem.out_shape
     parts = matmul_tiles.conv_transpose(src.shape, problem.kernel, problem.oc, "NXC", op.attrs["weights_format"])
@@ -396,7 +397,10 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         # measured on Sapphire Rapids under every ONEDNN_MAX_CPU_ISA from AVX2 to AMX): unfused
         unfused = True
         reason = "oneDNN 3.2 computes a fused sum whose tensor's dtype differs from dst's wrongly"
-    tiles = None if f.int8 or unfused else tiles_core(op, arrays, code, operand_shapes)
+    # the plain op's lowering by the measured rules: the MatMul core, or bf16/f16 in f32
+    problem = op._problem([src, w, bias], code)
+    plain_rule = "" if f.int8 else lowering_rules.rule(problem, native=op.strict)
+    tiles = None if f.int8 or unfused else tiles_core(op, problem, plain_rule, arrays, code, operand_shapes)
     if tiles is not None:  # the MatMul first; where the library does not fuse it, the op's own core
         emulated = force_f32 or (code != "f32" and op._NATIVE_FUSED.get(code) is False)
         try:
@@ -407,7 +411,10 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         else:
             return _fused_plan(tiles, compiled, emulated, code, out_shape, guard, arrays, plan_args)
     core = make_core(op, lowering, src.shape, w.shape)
-    emulate = code in ("bf16", "f16") and (force_f32 or guarded or op._NATIVE_FUSED.get(code) is False)
+    # in f32 also where the measured rules run the plain op so (bf16 without AMX is slower
+    # than f32 on some layers: README, Performance)
+    in_f32 = plain_rule.endswith(lowering_rules.IN_F32)
+    emulate = code in ("bf16", "f16") and (force_f32 or guarded or in_f32 or op._NATIVE_FUSED.get(code) is False)
     attempts = [] if unfused else [emulate] if emulate or code not in ("bf16", "f16") else [False, True]
     for emulated in attempts:
         compute = "f32" if emulated else code
@@ -554,16 +561,22 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
 
 
 def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
-    """The C++ fast path, where the call's arrays go to the library as given."""
-    if plan.emulated or plan.compiled is None or plan.prepare is not None:
+    """The C++ fast path, where the call's arrays go to the library as given; for a graph
+    in f32 (emulated), where they are dense: C++ converts them into per-thread f32 staging
+    memory and rounds the result into dst, as for the plain op (no f32 arrays per call)."""
+    if plan.compiled is None or plan.prepare is not None:
         return None
     operands = arrays[3:]
     if any(x.shape != s for x, s in zip(operands, plan.operand_shapes)):
         return None
     call = list(arrays) if arrays[-1] is not None else list(arrays[:-1])  # as ops._Op._call passes them
     given = [i for i, a in enumerate(call) if a is not None]
+    emulated = dtypes.code_of(plan.out_dtype) or "" if plan.emulated else ""
+    if plan.emulated and not (_core.fast_conversion and emulated in ("bf16", "f16")
+                              and all(call[i].flags.c_contiguous and call[i].flags.aligned for i in given)):
+        return None
     if any(call[i] is not _positive(call[i]) for i in given):
         return None
     finite = dtypes.code_of(plan.out_dtype) if plan.finite_guard else None
     return _core.Executor(plan.compiled, [call[i].dtype for i in given], plan.out_dtype, finite or "",
-                          given, "", len(call))
+                          given, emulated, len(call))
