@@ -12,6 +12,10 @@ float64 oracle.
 
 from __future__ import annotations
 
+#: set before the submodules load: the autotuning cache's context names it, and with
+#: ONEDNN_CONVT_AUTOTUNE=1 the cache is read while this package is being imported
+__version__ = "0.1.0"
+
 from ._loader import preload as _preload
 
 LIBDNNL_PATH = _preload()
@@ -43,8 +47,6 @@ from .lowering.autotune import set_autotune
 from .lowering.tuning_cache import clear as clear_tuning_cache
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
 from .post_ops import Dequantize, PostOp, Quantize
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConstantWeights",

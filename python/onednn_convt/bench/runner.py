@@ -92,10 +92,10 @@ def measure_first_calls(cfg: Config, rec: dict[str, Any], pairs: int = FIRST_CAL
     a tuned first call and an untuned one (autotuning off: the rules' choice compiled),
     which of the two goes first alternating from round to round, every compile cache (ours
     and oneDNN's) cleared before each. Before the tuned call, the cache file is read afresh
-    by turning autotuning on, as a new process does (timed apart: ``cache_read_ms``, with
-    the garbage collection of what parsing it left, which would otherwise fall into the
-    call: 1-2% of it; the package's import of platformdirs is not in it, this process
-    having imported it).
+    by turning autotuning on, as a new process does (timed apart: ``cache_read_ms``; the
+    package's import of platformdirs is not in it, this process having imported it), and
+    before each call the garbage is collected, so that a collection of what the parse left
+    does not fall into the tuned call alone.
     Records the medians (``first_tuned_ms``, ``first_untuned_ms``), their ratio
     (``first_tuned_vs_untuned``) and the tuned call's lowering string."""
     from ..lowering import autotune, tuning_cache
@@ -110,9 +110,9 @@ def measure_first_calls(cfg: Config, rec: dict[str, Any], pairs: int = FIRST_CAL
                 tuning_cache.forget()
                 start = time.perf_counter()
                 autotune.set_autotune(tuned)
-                gc.collect()  # both calls start with no garbage; the file's parse leaves some
                 if tuned:
                     reads.append(time.perf_counter() - start)
+                gc.collect()  # both calls start with no garbage (the file's parse leaves some)
                 clear_cache()
                 start = time.perf_counter()
                 case.op(*case.args)

@@ -123,9 +123,12 @@ def _contexts(file: Path) -> dict[str, dict[str, Any]]:
 
 def preload() -> None:
     """Read the cache file now (locating the user's cache directory, parsing and checking
-    the file: about 3 ms with platformdirs imported for it), so that the first call of a
-    tuned signature does not pay for it; autotuning calls this when it is turned on."""
+    the file: about 3 ms with platformdirs imported for it) and work out this process's
+    context once (which loads the OpenMP runtime's query: 0.2 ms in a new process), so
+    that the first call of a tuned signature pays for neither; autotuning calls this when
+    it is turned on."""
     _contexts(path())
+    context()
 
 
 def lookup(key: str, candidates: list[str]) -> Optional[dict[str, Any]]:
