@@ -107,7 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "this per call, report the estimate instead (default 5; 0 = always run)")
     parser.add_argument("--autotune", action="store_true",
                         help="autotune each configuration first (onednn-convt tune), then time it as a "
-                             "second process would: its first call reads the choice from the cache")
+                             "second process would: its first call reads the choice from the cache; "
+                             "and time tuned first calls against untuned ones in alternating pairs")
     parser.add_argument("--no-torch", action="store_true", help="do not compare with PyTorch")
     parser.add_argument("--no-reference", action="store_true", help="do not time the NumPy reference")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
