@@ -25,6 +25,7 @@ import numpy as np
 from . import _core, dtypes, guards, limits, ops, reference, schema, shapes
 from . import lowering as lowering_rules
 from .lowering import base as lowerings
+from .lowering import matmul_tiles
 from .errors import UnsupportedError
 from .post_ops import INT8_DTYPES, Dequantize, PostOp, Quantize, as_post_ops
 
@@ -136,8 +137,6 @@ def tiles_core(op: ConvTranspose, problem: Problem, plain_rule: str, arrays: Seq
     ``problem``: see :class:`Core`), on a CPU of
     :data:`MATMUL_POST_OPS_ISAS`, each binary post-op's tensor being dst-shaped or one
     value; else None."""
-    from .lowering import matmul_tiles
-
     src, _, bias = arrays[:3]
     if (op.attrs["data_format"] != "NXC" or plain_rule != lowerings.TILES
             or guards.dispatch_isa() not in MATMUL_POST_OPS_ISAS.get(code, ())):
@@ -571,7 +570,7 @@ def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
         return None
     call = list(arrays) if arrays[-1] is not None else list(arrays[:-1])  # as ops._Op._call passes them
     given = [i for i, a in enumerate(call) if a is not None]
-    emulated = dtypes.code_of(plan.out_dtype) or "" if plan.emulated else ""
+    emulated = (dtypes.code_of(plan.out_dtype) or "") if plan.emulated else ""
     if plan.emulated and not (_core.fast_conversion and emulated in ("bf16", "f16")
                               and all(call[i].flags.c_contiguous and call[i].flags.aligned for i in given)):
         return None
