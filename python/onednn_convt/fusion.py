@@ -130,26 +130,26 @@ MATMUL_POST_OPS_ISAS = {
 }
 
 
-def tiles_core(op: ConvTranspose, problem: Problem, plain_rule: str, arrays: Sequence[Any], code: str,
+def tiles_core(op: ConvTranspose, problem: Problem, plain_rule: str, code: str,
                operand_shapes: Sequence[tuple[int, ...]]) -> Optional[Core]:
     """The MatMul :class:`Core` of an f32 or bf16 NXC call whose plain op runs as
     :data:`onednn_convt.lowering.base.TILES` (``plain_rule``, the rules' lowering of
     ``problem``: see :class:`Core`), on a CPU of
     :data:`MATMUL_POST_OPS_ISAS`, each binary post-op's tensor being dst-shaped or one
     value; else None."""
-    src, _, bias = arrays[:3]
     if (op.attrs["data_format"] != "NXC" or plain_rule != lowerings.TILES
             or guards.dispatch_isa() not in MATMUL_POST_OPS_ISAS.get(code, ())):
         return None
     dst = problem.out_shape
-    parts = matmul_tiles.conv_transpose(src.shape, problem.kernel, problem.oc, "NXC", op.attrs["weights_format"])
+    parts = matmul_tiles.conv_transpose(problem.input_shapes[0], problem.kernel, problem.oc, "NXC",
+                                        op.attrs["weights_format"])
     shape: tuple[int, ...] = parts["library_shape"]
     # no per-channel tensors: oneDNN 3.2 runs such a MatMul on its reference kernel (ref:any)
     # under AVX2 and, for 3-D problems (a 6-D MatMul), under AVX-512 and AMX too: 800 ms for
     # the models suite's conv3d layer against 0.6 ms
     if any(s not in (tuple(dst), (1,) * len(dst)) for s in operand_shapes):
         return None
-    head = 2 + (bias is not None)
+    head = 2 + int(problem.bias)
 
     def seen(x: np.ndarray) -> np.ndarray:
         """A binary operand (at dst's rank) in the MatMul result's shape: dst's memory order
@@ -399,7 +399,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     # the plain op's lowering by the measured rules: the MatMul core, or bf16/f16 in f32
     problem = op._problem([src, w, bias], code)
     plain_rule = "" if f.int8 else lowering_rules.rule(problem, native=op.strict)
-    tiles = None if f.int8 or unfused else tiles_core(op, problem, plain_rule, arrays, code, operand_shapes)
+    tiles = None if f.int8 or unfused else tiles_core(op, problem, plain_rule, code, operand_shapes)
     if tiles is not None:  # the MatMul first; where the library does not fuse it, the op's own core
         emulated = force_f32 or (code != "f32" and op._NATIVE_FUSED.get(code) is False)
         try:
