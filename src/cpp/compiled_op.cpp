@@ -264,11 +264,24 @@ void check_tensor(const std::string &kind, const TensorDesc &t, size_t max_rank)
         if (d < 1 || d > kMaxValue) invalid(kind, "every dimension must be in [1, 2^31)");
 }
 
+// The first node of the stage holding node n (OpSpec::stage_starts).
+size_t stage_begin(const OpSpec &s, size_t n) {
+    size_t begin = 0;
+    for (size_t start : s.stage_starts)
+        if (start <= n) begin = start;
+    return begin;
+}
+
 // A graph's wiring (inputs in range, each node taking earlier nodes' outputs, every tensor
-// used once it is made), and each convolution-family node checked as a single op.
+// used once it is made, stages that take only the previous stage's result), and each
+// convolution-family node checked as a single op.
 void check_graph(const OpSpec &s) {
     const std::string &k = s.kind;
     if (!s.attrs.empty()) invalid(k, "a graph's attributes belong to its nodes");
+    for (size_t i = 0; i < s.stage_starts.size(); ++i)
+        if (s.stage_starts[i] == 0 || s.stage_starts[i] >= s.nodes.size() ||
+            (i > 0 && s.stage_starts[i] <= s.stage_starts[i - 1]))
+            invalid(k, "stage starts must be ascending node indices after the first node");
     std::vector<bool> input_used(s.inputs.size(), false), output_used(s.nodes.size(), false);
     for (const auto &t : s.inputs) check_tensor(k, t);
     check_tensor(k, s.output);
@@ -287,6 +300,11 @@ void check_graph(const OpSpec &s) {
             }
             const int64_t from = -1 - ref;
             if (from >= static_cast<int64_t>(n)) invalid(k, "a node may take only earlier nodes' outputs");
+            // across stages, only the previous stage's result (its last node's output) flows
+            const size_t begin = stage_begin(s, n);
+            if (static_cast<size_t>(from) < begin &&
+                (begin == 0 || static_cast<size_t>(from) != begin - 1 || stage_begin(s, begin - 1) == begin))
+                invalid(k, "a stage may take only the previous stage's result");
             output_used[static_cast<size_t>(from)] = true;
             single.inputs.push_back(s.nodes[static_cast<size_t>(from)].output);
         }
@@ -398,6 +416,7 @@ std::string OpSpec::key() const {
     }
     os << "|>";
     tensor(output);
+    for (size_t start : stage_starts) os << "|stage" << start;
     for (const auto &n : nodes) {
         os << "|node " << n.kind << '(';
         for (auto i : n.inputs) os << i << ',';
@@ -448,52 +467,41 @@ CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
         const bool constant = std::find(c.begin(), c.end(), i) != c.end();
         inputs.push_back(make_lt(k, id++, spec_.inputs[i], constant));
     }
-    dg::graph g(dnnl::engine::kind::cpu);
+    if (!spec_.stage_starts.empty() && spec_.nodes.empty()) invalid(k, "stages need a graph");
+    std::vector<lt> outputs;  // node n writes outputs[n]; the last one is the graph's output
     if (spec_.nodes.empty()) {
-        output_lt_ = make_lt(k, id, spec_.output, false);
-        dg::op op(0, to_op_kind(k), inputs, {output_lt_}, k);
-        set_attrs(op, k, spec_.attrs);
-        g.add_op(op);
+        outputs.push_back(make_lt(k, id, spec_.output, false));
     } else {
-        std::vector<lt> outputs;  // node n writes outputs[n]; the last one is the graph's
         for (size_t n = 0; n < spec_.nodes.size(); ++n) {
-            const NodeSpec &node = spec_.nodes[n];
             const bool last = n + 1 == spec_.nodes.size();
-            outputs.push_back(make_lt(node.kind, id++, last ? spec_.output : node.output, false));
-            std::vector<lt> in;
-            for (auto ref : node.inputs) in.push_back(ref >= 0 ? inputs[ref] : outputs[-1 - ref]);
-            dg::op op(n, to_op_kind(node.kind), in, {outputs.back()}, node.kind);
-            set_attrs(op, node.kind, node.attrs);
-            g.add_op(op);
+            outputs.push_back(make_lt(spec_.nodes[n].kind, id++, last ? spec_.output : spec_.nodes[n].output, false));
         }
-        output_lt_ = outputs.back();
     }
-    g.finalize();
-    auto partitions = g.get_partitions();
-    if (partitions.size() != 1 || !partitions[0].is_supported()) {
-        std::string what = ": no supported partition";
-        if (!spec_.nodes.empty())
-            what = ": the library does not fuse this graph into one partition (" +
-                   std::to_string(partitions.size()) + " partitions)";
-        // dnnl::error keeps the pointer it is given: the text must outlive the exception
-        thread_local std::string message;
-        message = k + what;
-        throw dnnl::error(dnnl_unimplemented, message.c_str());
+    std::vector<size_t> bounds{0};
+    bounds.insert(bounds.end(), spec_.stage_starts.begin(), spec_.stage_starts.end());
+    bounds.push_back(std::max<size_t>(1, spec_.nodes.size()));
+    for (size_t b = 0; b + 1 < bounds.size(); ++b) build_stage(bounds[b], bounds[b + 1], inputs, outputs);
+    // which stages write into the output's memory (see Stage::to_output), last first
+    const TensorDesc &o = spec_.output;
+    stages_.back().to_output = true;
+    for (size_t s = stages_.size() - 1; s-- > 0;) {
+        const TensorDesc &d = stages_[s].output;
+        stages_[s].to_output = stages_[s + 1].to_output && stages_[s + 1].carried_in_place && d.shape == o.shape &&
+                               d.strides == o.strides && d.dtype == o.dtype;
     }
-    // the partition's input ports in its own order (a fused graph's may differ from ours)
-    for (const auto &port : partitions[0].get_input_ports()) {
-        auto it = std::find_if(inputs.begin(), inputs.end(),
-                               [&](const lt &t) { return t.get_id() == port.get_id(); });
-        if (it == inputs.end()) invalid(k, "the partition takes a tensor that is not a graph input");
-        input_order_.push_back(static_cast<size_t>(it - inputs.begin()));
-        input_lts_.push_back(*it);
-    }
-    if (input_lts_.size() != inputs.size()) invalid(k, "the partition does not take every graph input");
-    compiled_ = partitions[0].compile(input_lts_, {output_lt_}, cpu_engine());
-    for (const auto &pair : compiled_.get_inplace_ports()) {
-        if (pair.second != output_lt_.get_id()) continue;
-        for (size_t i = 0; i < inputs.size(); ++i)
-            if (inputs[i].get_id() == pair.first) inplace_inputs_.push_back(i);
+    std::vector<bool> taken(inputs.size(), false);
+    for (const Stage &stage : stages_)
+        for (int64_t src : stage.sources)
+            if (src >= 0) taken[static_cast<size_t>(src)] = true;
+    if (std::find(taken.begin(), taken.end(), false) != taken.end())
+        invalid(k, "the partitions do not take every graph input");
+    if (stages_.size() == 1) {  // inputs the library may read from the output's memory
+        const Stage &only = stages_[0];
+        for (const auto &pair : only.compiled.get_inplace_ports()) {
+            if (pair.second != only.output_lt.get_id()) continue;
+            for (size_t i = 0; i < inputs.size(); ++i)
+                if (inputs[i].get_id() == pair.first) inplace_inputs_.push_back(i);
+        }
     }
     // ConvolutionBackwardWeights shares it too (measured: 20 of 100 concurrent calls wrong),
     // and so does ConvolutionBackwardData (4 threads on one partition: wrong values in 25-30
@@ -511,6 +519,106 @@ CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
     key_hash_ = std::hash<std::string>{}(spec_.key());
 }
 
+void CompiledOp::build_stage(size_t first, size_t end, const std::vector<lt> &inputs, const std::vector<lt> &outputs) {
+    const std::string &k = spec_.kind;
+    dg::graph g(dnnl::engine::kind::cpu);
+    const bool single = spec_.nodes.empty();
+    for (size_t n = first; n < end; ++n) {
+        const std::string &kind = single ? k : spec_.nodes[n].kind;
+        std::vector<lt> in;
+        if (single) in = inputs;
+        else
+            for (auto ref : spec_.nodes[n].inputs) in.push_back(ref >= 0 ? inputs[ref] : outputs[-1 - ref]);
+        dg::op op(n, to_op_kind(kind), in, {outputs[n]}, kind);
+        set_attrs(op, kind, single ? spec_.attrs : spec_.nodes[n].attrs);
+        g.add_op(op);
+    }
+    g.finalize();
+    auto partitions = g.get_partitions();
+    // The first stage (the graph, without stages) must be one partition. A later stage holds
+    // only what follows the op (bias and post-ops), a chain: it may be several partitions,
+    // each taking the previous one's result.
+    const bool chain = first > 0;
+    bool ok = !partitions.empty() && (chain || partitions.size() == 1);
+    for (const auto &part : partitions) ok = ok && part.is_supported() && part.get_output_ports().size() == 1;
+    if (!ok) {
+        std::string what = ": no supported partition";
+        if (!single)
+            what = ": the library does not fuse this graph into one partition (" + std::to_string(partitions.size()) +
+                   " partitions)";
+        // dnnl::error keeps the pointer it is given: the text must outlive the exception
+        thread_local std::string message;
+        message = k + what;
+        throw dnnl::error(dnnl_unimplemented, message.c_str());
+    }
+    size_t carried = first > 0 ? outputs[first - 1].get_id() : SIZE_MAX;
+    lt carried_lt = first > 0 ? outputs[first - 1] : lt();
+    for (const auto &part : partitions) {
+        Stage stage;
+        // the partition's input ports in its own order (a fused graph's may differ from ours)
+        for (const auto &port : part.get_input_ports()) {
+            if (port.get_id() == carried) {
+                stage.sources.push_back(-1);
+                stage.input_lts.push_back(carried_lt);
+                continue;
+            }
+            auto it = std::find_if(inputs.begin(), inputs.end(),
+                                   [&](const lt &t) { return t.get_id() == port.get_id(); });
+            if (it == inputs.end())
+                invalid(k, "a partition takes a tensor that is neither a graph input nor the previous partition's result");
+            stage.sources.push_back(static_cast<int64_t>(it - inputs.begin()));
+            stage.input_lts.push_back(*it);
+        }
+        const size_t out_id = part.get_output_ports()[0].get_id();
+        auto node = std::find_if(outputs.begin() + first, outputs.begin() + end,
+                                 [&](const lt &t) { return t.get_id() == out_id; });
+        if (node == outputs.begin() + end) invalid(k, "a partition writes a tensor outside its stage");
+        const size_t n = static_cast<size_t>(node - outputs.begin());
+        stage.output_lt = *node;
+        stage.output = n + 1 == outputs.size() ? spec_.output : spec_.nodes[n].output;
+        stage.compiled = part.compile(stage.input_lts, {stage.output_lt}, cpu_engine());
+        for (const auto &pair : stage.compiled.get_inplace_ports())
+            if (pair.first == carried && pair.second == out_id) stage.carried_in_place = true;
+        stages_.push_back(std::move(stage));
+        carried = out_id;
+        carried_lt = *node;
+    }
+    if (carried != outputs[end - 1].get_id()) invalid(k, "a stage's partitions do not end at its last node");
+}
+
+namespace {
+
+size_t byte_size(const TensorDesc &d) {
+    const size_t item = (d.dtype == "u8" || d.dtype == "s8") ? 1 : (d.dtype == "bf16" || d.dtype == "f16") ? 2 : 4;
+    size_t last = 0;
+    for (size_t i = 0; i < d.shape.size(); ++i) last += static_cast<size_t>(d.shape[i] - 1) * static_cast<size_t>(d.strides[i]);
+    return (last + 1) * item;
+}
+
+bool overlaps(const void *a, size_t a_size, const void *b, size_t b_size) {
+    auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+    return x < y + b_size && y < x + a_size;
+}
+
+}  // namespace
+
+// Bytes of stage results a thread keeps between runs (per buffer) rather than freeing.
+constexpr size_t kKeptScratch = size_t{64} << 20;
+
+void *CompiledOp::stage_target(size_t s, const std::vector<void *> &inputs, void *output,
+                               std::vector<char> &scratch) const {
+    const TensorDesc &d = stages_[s].output;
+    bool direct = stages_[s].to_output;
+    const size_t out_size = byte_size(spec_.output);
+    for (size_t later = s + 1; direct && later < stages_.size(); ++later)
+        for (int64_t src : stages_[later].sources)
+            if (src >= 0 && overlaps(inputs[src], byte_size(spec_.inputs[src]), output, out_size)) direct = false;
+    if (direct) return output;
+    scratch.resize(byte_size(d) + 64);
+    auto p = reinterpret_cast<uintptr_t>(scratch.data());
+    return reinterpret_cast<void *>((p + 63) & ~uintptr_t{63});
+}
+
 dnnl::stream &thread_stream() {
     thread_local dnnl::stream stream(cpu_engine());
     return stream;
@@ -518,7 +626,7 @@ dnnl::stream &thread_stream() {
 
 CompiledOp::~CompiledOp() {
     std::lock_guard<std::mutex> lock(teardown_mutex());
-    compiled_ = dg::compiled_partition();
+    for (Stage &stage : stages_) stage.compiled = dg::compiled_partition();
 }
 
 void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const {
@@ -554,16 +662,29 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
     }
     teardown_unlock();
     dnnl::stream &stream = thread_stream();
-    std::vector<dg::tensor> in;
-    in.reserve(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i)
-        in.emplace_back(input_lts_[i], cpu_engine(), inputs[input_order_[i]]);
-    std::vector<dg::tensor> out{dg::tensor(output_lt_, cpu_engine(), output)};
     std::unique_lock<std::mutex> lock;
     if (serialized_) lock = std::unique_lock<std::mutex>(execution_locks[key_hash_ % kLockStripes]);
+    // results that cannot live in the output, alternately: kept by the thread for its next
+    // run (freed past kKeptScratch)
+    thread_local std::vector<char> scratch[2];
+    void *carried = nullptr;
     try {
-        compiled_.execute(stream, in, out);
-        stream.wait();
+        for (size_t s = 0; s < stages_.size(); ++s) {
+            const Stage &stage = stages_[s];
+            std::vector<dg::tensor> in;
+            in.reserve(stage.sources.size());
+            for (size_t i = 0; i < stage.sources.size(); ++i) {
+                const int64_t src = stage.sources[i];
+                in.emplace_back(stage.input_lts[i], cpu_engine(), src >= 0 ? inputs[src] : carried);
+            }
+            void *target = s + 1 == stages_.size() ? output : stage_target(s, inputs, output, scratch[s % 2]);
+            std::vector<dg::tensor> out{dg::tensor(stage.output_lt, cpu_engine(), target)};
+            stage.compiled.execute(stream, in, out);
+            stream.wait();
+            carried = target;
+        }
+        for (auto &buffer : scratch)
+            if (buffer.capacity() > kKeptScratch) std::vector<char>().swap(buffer);
     } catch (...) {
         arm_teardown_lock();
         throw;

@@ -57,6 +57,12 @@ struct OpSpec {
     // Empty: one op `kind` over `inputs`. Else the graph these nodes make, which must compile
     // into one partition; the last node writes `output`.
     std::vector<NodeSpec> nodes;
+    // Node indices (ascending, > 0) where a new stage of the graph begins. Each stage is
+    // compiled as a graph of its own (one partition each) and the stages run in order; a
+    // stage's nodes take graph inputs, earlier nodes of the stage, or the previous stage's
+    // result. Empty: one stage. Used to keep a library op apart from what follows it where
+    // the fused kernel computes that wrongly (the Python layer's guards say where).
+    std::vector<size_t> stage_starts;
 
     std::string key() const;
 };
@@ -80,7 +86,32 @@ public:
     // post-op; otherwise it first copies that input into the output).
     const std::vector<size_t> &inplace_inputs() const { return inplace_inputs_; }
 
+    // How many partitions (stages) one run executes.
+    size_t stages() const { return stages_.size(); }
+
 private:
+    // One separately compiled partition of the graph. `sources[i]` says where port i's
+    // tensor comes from: a graph input (>= 0) or the previous stage's result (-1).
+    struct Stage {
+        dnnl::graph::compiled_partition compiled;
+        std::vector<dnnl::graph::logical_tensor> input_lts;  // in the partition's port order
+        std::vector<int64_t> sources;
+        dnnl::graph::logical_tensor output_lt;
+        TensorDesc output;
+        // whether the library may read the previous stage's result from this one's output
+        // memory (its in-place ports pair them)
+        bool carried_in_place = false;
+        // whether this stage writes its result into the op's output (the last stage, and
+        // each one before it whose layout is the output's and whose successor reads it in place)
+        bool to_output = false;
+    };
+    void build_stage(size_t first, size_t end, const std::vector<dnnl::graph::logical_tensor> &inputs,
+                     const std::vector<dnnl::graph::logical_tensor> &outputs);
+    // Where stage `s` (not the last) writes its result in a run whose output is at `output`:
+    // the output itself where Stage::to_output and no later stage reads a graph input that
+    // overlaps it, else `scratch` (resized).
+    void *stage_target(size_t s, const std::vector<void *> &inputs, void *output, std::vector<char> &scratch) const;
+
     OpSpec spec_;
     // oneDNN 3.2's ConvTransposeBackwardWeights and ConvolutionBackwardWeights share their
     // reduction scratchpad (and the barrier in it) between concurrent runs of one compiled
@@ -98,11 +129,8 @@ private:
     mutable std::mutex copies_mutex_;
     mutable std::unordered_map<uint64_t, std::shared_ptr<const CompiledOp>> copies_;
     size_t key_hash_ = 0;
-    dnnl::graph::compiled_partition compiled_;
-    std::vector<dnnl::graph::logical_tensor> input_lts_;  // in the partition's port order
-    std::vector<size_t> input_order_;  // port i takes the caller's input input_order_[i]
+    std::vector<Stage> stages_;
     std::vector<size_t> inplace_inputs_;
-    dnnl::graph::logical_tensor output_lt_;
 };
 
 dnnl::engine &cpu_engine();

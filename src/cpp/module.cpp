@@ -285,6 +285,7 @@ PYBIND11_MODULE(_core, m) {
                                    [](const PyCompiledOp &c) { return c.op->spec().constant_inputs; })
             .def_property_readonly("inplace_inputs",
                                    [](const PyCompiledOp &c) { return c.op->inplace_inputs(); })
+            .def_property_readonly("partitions", [](const PyCompiledOp &c) { return c.op->stages(); })
             .def("execute", &PyCompiledOp::execute, py::arg("inputs"), py::arg("output"),
                  "Run once on arrays laid out exactly as compiled; the GIL is released.")
             .def("time_loop", &PyCompiledOp::time_loop, py::arg("inputs"), py::arg("output"),
@@ -356,8 +357,9 @@ PYBIND11_MODULE(_core, m) {
     m.def(
             "compile",
             [](const std::string &kind, const py::dict &attrs, const py::sequence &inputs,
-               const py::handle &output, std::vector<size_t> constant, const py::sequence &nodes) {
-                OpSpec spec{kind, to_attrs(attrs), {}, to_desc(output), std::move(constant), {}};
+               const py::handle &output, std::vector<size_t> constant, const py::sequence &nodes,
+               std::vector<size_t> stages) {
+                OpSpec spec{kind, to_attrs(attrs), {}, to_desc(output), std::move(constant), {}, std::move(stages)};
                 for (auto t : inputs) spec.inputs.push_back(to_desc(t));
                 for (auto n : nodes) spec.nodes.push_back(to_node(n));
                 py::gil_scoped_release release;
@@ -367,12 +369,15 @@ PYBIND11_MODULE(_core, m) {
             },
             py::arg("kind"), py::arg("attrs"), py::arg("inputs"), py::arg("output"),
             py::arg("constant") = std::vector<size_t>{}, py::arg("nodes") = py::tuple(),
+            py::arg("stages") = std::vector<size_t>{},
             "Compile (or fetch from the cache) one op. Tensors are (shape, strides in elements, dtype code).\n"
             "`constant`: indices of inputs whose values never change between runs; the library\n"
             "reorders them once and caches the result. Such an op is compiled for its caller alone.\n"
             "`nodes`: a graph instead of one op, (kind, attrs, inputs, output) each, in order; an\n"
             "input index >= 0 is the graph's input, -1 - k node k's output. `kind` then names the\n"
-            "graph, `attrs` is empty and the last node writes `output`. It must fuse into one partition.");
+            "graph, `attrs` is empty and the last node writes `output`. It must fuse into one partition,\n"
+            "or, with `stages` (ascending node indices where a new stage begins), each stage into one:\n"
+            "the stages compile apart and run in order, each taking the previous one's result.");
 
     m.def(
             "convert",
