@@ -403,3 +403,50 @@ def test_every_candidate_runs_on_a_thread_other_than_its_first():
     done = subprocess.run([sys.executable, "-c", SECOND_THREAD], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[-1]) >= 20  # 2 formats x 2 dtypes x (2 + 1 + 2) candidates at least
+
+
+# A thread-bound op (its kernel on the library's global scratchpad: dilated or 3-D NXC
+# BackwardWeights as ConvolutionBackwardWeights on gemm:jit) destroyed on another thread than
+# the one that made it. oneDNN 3.2 counts that scratchpad's users per thread: the destructor
+# gave back the destroying thread's buffer, under kernels still using it, and the next of them
+# crashed in memset (3 of 3 runs, before CompiledOp kept each kernel on its own thread).
+_CROSS_THREAD_DESTRUCTION = """
+import gc, sys, threading, numpy as np, onednn_convt as oc
+ATTRS = dict(strides=2, pads_begin=1, pads_end=1, data_format="NXC", weights_format="XOI", groups=2)
+def case(xs, ws, ds):
+    return oc.ConvTransposeBackwardWeights(**ATTRS), np.ones(xs, np.float32), np.ones(ds, np.float32), np.array(ws)
+def run(case):
+    op, s, d, w = case
+    return float(op(s, d, w).sum())
+A = lambda: case((2, 5, 2, 5, 16), (3, 3, 1, 1, 16), (2, 9, 3, 7, 2))
+B = case((3, 4, 3, 3, 16), (1, 1, 3, 2, 16), (3, 5, 3, 5, 4))
+want = run(B)
+a = A()
+run(a)
+if sys.argv[1] == "copy":  # a worker's own compile of A, dropped on the main thread
+    t = threading.Thread(target=run, args=(a,)); t.start(); t.join()
+    del a; gc.collect(); oc.clear_cache()
+elif sys.argv[1] == "evict":  # the same, by the cache's eviction
+    t = threading.Thread(target=run, args=(a,)); t.start(); t.join()
+    oc.set_cache_capacity(1); run(B); del a; gc.collect()
+elif sys.argv[1] == "worker-made":  # A compiled on a live worker, dropped on the main thread
+    oc.clear_cache(); box = [A()]; go = threading.Event(); done = threading.Event()
+    def worker():
+        run(box[0]); done.set(); go.wait(); run(B); run(B)
+    t = threading.Thread(target=worker); t.start(); done.wait()
+    box.clear(); gc.collect(); go.set(); t.join()
+elif sys.argv[1] == "worker-gone":  # A compiled on a worker that has exited, dropped on main
+    oc.clear_cache(); box = [A()]
+    t = threading.Thread(target=run, args=(box[0],)); t.start(); t.join()
+    box.clear(); gc.collect()
+for _ in range(3):
+    assert run(B) == want
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("how", ["copy", "evict", "worker-made", "worker-gone"])
+def test_thread_bound_kernels_are_destroyed_on_their_own_thread(how):
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _CROSS_THREAD_DESTRUCTION, how],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])

@@ -10,11 +10,20 @@
 #include <new>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace onednn_convt {
 
 namespace dg = dnnl::graph;
 using lt = dg::logical_tensor;
+
+// A number for the calling thread, never reused by a later thread (unlike its id).
+uint64_t thread_token() {
+    static std::atomic<uint64_t> next{1};
+    thread_local const uint64_t token = next.fetch_add(1);
+    return token;
+}
 
 dnnl::engine &cpu_engine() {
     static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -339,14 +348,23 @@ std::mutex &teardown_mutex() {
     return *m;
 }
 
+// Whether this thread holds teardown_mutex (it is exiting, between TeardownLock and
+// TeardownUnlock): what it destroys then needs no lock (and must not wait for it).
+thread_local bool holds_teardown = false;
+
 struct TeardownUnlock {
     bool held = false;
     ~TeardownUnlock() {
         if (held) teardown_mutex().unlock();
+        holds_teardown = false;
     }
 };
 
+struct ThreadLife;
+ThreadLife &thread_life();
+
 TeardownUnlock &teardown_unlock() {
+    thread_life();  // made first, so destroyed last: after this thread gives the lock back
     thread_local TeardownUnlock unlock;
     return unlock;
 }
@@ -354,9 +372,18 @@ TeardownUnlock &teardown_unlock() {
 struct TeardownLock {
     ~TeardownLock() {
         teardown_mutex().lock();
+        holds_teardown = true;
         teardown_unlock().held = true;
     }
 };
+
+// Runs `destroy` (which destroys kernels) under teardown_mutex, unless this thread holds it.
+template <typename F>
+void with_teardown_lock(F &&destroy) {
+    if (holds_teardown) return destroy();
+    std::lock_guard<std::mutex> lock(teardown_mutex());
+    destroy();
+}
 
 void arm_teardown_lock() {
     thread_local TeardownLock lock;
@@ -428,16 +455,77 @@ std::string OpSpec::key() const {
     return os.str();
 }
 
-// A number for the calling thread, never reused by a later thread (unlike its id).
-static uint64_t thread_token() {
-    static std::atomic<uint64_t> next{1};
-    thread_local const uint64_t token = next.fetch_add(1);
-    return token;
+
+namespace {
+
+// A thread's copies of thread-bound ops (CompiledOp::thread_bound_), by the op's id, each
+// with a weak view of the op's life: the thread alone owns them, so they are destroyed on it.
+struct ThreadCopies {
+    std::unordered_map<uint64_t, std::pair<std::weak_ptr<int>, std::shared_ptr<const CompiledOp>>> by_op;
+
+    // Drops the copies whose op is gone (on this thread: see thread_bound_).
+    void sweep() {
+        for (auto it = by_op.begin(); it != by_op.end();)
+            it = it->second.first.expired() ? by_op.erase(it) : std::next(it);
+    }
+};
+
+// Stages of thread-bound ops dropped on another thread than their own, waiting for it.
+struct Graveyard {
+    std::mutex mutex;
+    std::unordered_set<uint64_t> alive;  // threads that may still empty their graves
+    std::unordered_map<uint64_t, std::vector<std::shared_ptr<void>>> graves;  // by owner thread
+    std::atomic<size_t> pending{0};  // graves not yet emptied (checked without the lock)
+    size_t orphans = 0;  // stages whose thread had exited: never destroyed (a leak, not a crash)
+};
+
+Graveyard &graveyard() {
+    static auto *g = new Graveyard;  // never destroyed: threads may exit after static teardown
+    return *g;
 }
 
-// Copies of a thread-bound op kept for other threads; beyond this many, the oldest threads'
-// copies are dropped (a run in progress keeps its own alive).
-constexpr size_t kMaxThreadCopies = 64;
+// Destroys what other threads left for this thread to destroy.
+void empty_my_graves(uint64_t token) {
+    if (graveyard().pending.load(std::memory_order_relaxed) == 0) return;
+    std::vector<std::shared_ptr<void>> mine;
+    {
+        std::lock_guard<std::mutex> lock(graveyard().mutex);
+        auto it = graveyard().graves.find(token);
+        if (it == graveyard().graves.end()) return;
+        mine.swap(it->second);
+        graveyard().graves.erase(it);
+        graveyard().pending -= mine.size();
+    }
+    with_teardown_lock([&] { mine.clear(); });  // here, outside the graveyard's lock
+}
+
+// A thread's registration with the graveyard, and its copies; at the thread's exit both are
+// emptied on the thread itself.
+struct ThreadLife {
+    uint64_t token;
+    ThreadCopies copies;
+    explicit ThreadLife(uint64_t t) : token(t) {
+        std::lock_guard<std::mutex> lock(graveyard().mutex);
+        graveyard().alive.insert(token);
+    }
+    ~ThreadLife() {
+        {
+            std::lock_guard<std::mutex> lock(graveyard().mutex);
+            graveyard().alive.erase(token);
+        }
+        copies.by_op.clear();
+        empty_my_graves(token);
+    }
+};
+
+ThreadLife &thread_life() {
+    thread_local ThreadLife life(thread_token());
+    return life;
+}
+
+std::atomic<uint64_t> next_op_id{1};
+
+}  // namespace
 
 // The calling thread's OpenMP thread count (GNU OpenMP, loaded with oneDNN), which a kernel
 // splits its work by when it is compiled; 0 where OpenMP is not found.
@@ -495,13 +583,13 @@ CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
             if (src >= 0) taken[static_cast<size_t>(src)] = true;
     if (std::find(taken.begin(), taken.end(), false) != taken.end())
         invalid(k, "the partitions do not take every graph input");
-    if (stages_.size() == 1) {  // inputs the library may read from the output's memory
-        const Stage &only = stages_[0];
-        for (const auto &pair : only.compiled.get_inplace_ports()) {
-            if (pair.second != only.output_lt.get_id()) continue;
-            for (size_t i = 0; i < inputs.size(); ++i)
-                if (inputs[i].get_id() == pair.first) inplace_inputs_.push_back(i);
-        }
+    // graph inputs the library may read from the output's memory: the last stage's in-place
+    // ports (an earlier stage then writes elsewhere: stage_target sees the overlap)
+    const Stage &last = stages_.back();
+    for (const auto &pair : last.compiled.get_inplace_ports()) {
+        if (pair.second != last.output_lt.get_id()) continue;
+        for (size_t i = 0; i < inputs.size(); ++i)
+            if (inputs[i].get_id() == pair.first) inplace_inputs_.push_back(i);
     }
     // ConvolutionBackwardWeights shares it too (measured: 20 of 100 concurrent calls wrong),
     // and so does ConvolutionBackwardData (4 threads on one partition: wrong values in 25-30
@@ -516,6 +604,9 @@ CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
     for (const auto &node : spec_.nodes) thread_bound_ = thread_bound_ || node.kind == "ConvolutionBackwardWeights";
     owner_ = thread_token();
     threads_ = omp_threads();
+    id_ = next_op_id.fetch_add(1);
+    alive_ = std::make_shared<int>(0);
+    empty_my_graves(owner_);
     key_hash_ = std::hash<std::string>{}(spec_.key());
 }
 
@@ -625,19 +716,34 @@ dnnl::stream &thread_stream() {
 }
 
 CompiledOp::~CompiledOp() {
-    std::lock_guard<std::mutex> lock(teardown_mutex());
-    for (Stage &stage : stages_) stage.compiled = dg::compiled_partition();
+    if (thread_bound_ && thread_token() != owner_) {  // its own thread destroys it (thread_bound_)
+        auto stages = std::make_shared<std::vector<Stage>>(std::move(stages_));
+        std::lock_guard<std::mutex> lock(graveyard().mutex);
+        if (graveyard().alive.count(owner_)) {
+            graveyard().graves[owner_].push_back(std::move(stages));
+            ++graveyard().pending;
+        } else {  // that thread is gone: destroyed anywhere, the kernel would free another
+            // thread's scratchpad, so it is kept (a leak, where a crash was)
+            ++graveyard().orphans;
+            new std::shared_ptr<std::vector<Stage>>(std::move(stages));
+        }
+        return;
+    }
+    with_teardown_lock([&] {
+        for (Stage &stage : stages_) stage.compiled = dg::compiled_partition();
+    });
 }
 
 void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const {
     if (thread_bound_ && thread_token() != owner_) {  // this thread's own copy (see thread_bound_)
+        teardown_unlock();
+        ThreadCopies &copies = thread_life().copies;
+        copies.sweep();
         std::shared_ptr<const CompiledOp> mine;
-        {
-            std::lock_guard<std::mutex> guard(copies_mutex_);
-            auto it = copies_.find(thread_token());
-            if (it != copies_.end()) mine = it->second;
-        }
-        if (!mine) {
+        auto it = copies.by_op.find(id_);
+        if (it != copies.by_op.end()) {
+            mine = it->second.second;
+        } else {
             // compiled on this thread, for the thread count of the first compile (the same
             // split of the work: the same bits)
             const int before = omp_threads();
@@ -649,17 +755,13 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
                 throw;
             }
             set_omp_threads(before);
-            std::lock_guard<std::mutex> guard(copies_mutex_);
-            while (copies_.size() >= kMaxThreadCopies) {
-                auto oldest = std::min_element(copies_.begin(), copies_.end(),
-                                               [](const auto &a, const auto &b) { return a.first < b.first; });
-                copies_.erase(oldest);
-            }
-            copies_.emplace(thread_token(), mine);
+            copies.by_op.emplace(id_, std::make_pair(std::weak_ptr<int>(alive_), mine));
         }
         mine->execute(inputs, output);
         return;
     }
+    empty_my_graves(thread_token());
+    if (ThreadCopies &copies = thread_life().copies; !copies.by_op.empty()) copies.sweep();
     teardown_unlock();
     dnnl::stream &stream = thread_stream();
     std::unique_lock<std::mutex> lock;

@@ -73,7 +73,7 @@ public:
     // other op has, so that the library's compiled-partition cache cannot hand back another
     // op's kernels (a per-thread copy, see thread_bound_).
     explicit CompiledOp(OpSpec spec, bool private_ids = false);
-    ~CompiledOp();  // frees the compiled partition under the kernel teardown lock
+    ~CompiledOp();  // frees the compiled partitions under the kernel teardown lock (see thread_bound_)
 
     const OpSpec &spec() const { return spec_; }
 
@@ -120,14 +120,20 @@ private:
     bool serialized_ = false;
     // oneDNN 3.2 runs some ConvolutionBackwardWeights partitions (its GEMM kernel,
     // x64:gemm:jit: dilated problems, or where no JIT kernel fits) on the library's global
-    // scratchpad, a thread-local buffer sized on the thread that created the kernel: run on
-    // any other thread they crash (tests/test_threads.py). Such a kind runs compiled_ on the
-    // thread that compiled it and, on each other thread, a copy compiled there.
+    // scratchpad: a thread-local buffer with a thread-local reference count, taken by the
+    // kernel on the thread that creates it and given back by its destructor on whichever
+    // thread runs it. Run on another thread, such a kernel crashes (tests/test_threads.py);
+    // destroyed on another thread, it frees that thread's buffer under the kernels still
+    // using it (a crash in their next run). So such a kind runs its stages on the thread that
+    // compiled them and, on each other thread, a copy compiled there and owned by that
+    // thread (destroyed there: when it next runs an op after this one is gone, or when it
+    // exits); and stages dropped on another thread wait for their own thread to destroy them
+    // (see ~CompiledOp).
     bool thread_bound_ = false;
     uint64_t owner_ = 0;  // the compiling thread (thread_token in compiled_op.cpp)
     int threads_ = 0;  // its OpenMP thread count then (copies are compiled for as many)
-    mutable std::mutex copies_mutex_;
-    mutable std::unordered_map<uint64_t, std::shared_ptr<const CompiledOp>> copies_;
+    uint64_t id_ = 0;  // this op, among every CompiledOp of the process (copies are found by it)
+    std::shared_ptr<int> alive_;  // the threads' copies watch it (weakly) to know this op is gone
     size_t key_hash_ = 0;
     std::vector<Stage> stages_;
     std::vector<size_t> inplace_inputs_;
