@@ -161,3 +161,27 @@ def test_used_op_objects_pickle_without_their_plans():
     copy = pickle.loads(pickle.dumps(op))
     assert repr(copy) == repr(op) and copy.last_plan is None and op.last_plan is not None
     np.testing.assert_array_equal(copy(x, y), expected)
+
+
+_DAEMON_AT_EXIT = """
+import threading, time, numpy as np, onednn_convt as oc
+op = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1)
+x = np.ones((8, 32, 32, 64), np.float32); w = np.ones((3, 3, 64, 64), np.float32)
+def loop():
+    while True:
+        op(x, w)
+threading.Thread(target=loop, daemon=True).start()
+time.sleep(0.3)
+print("exiting", flush=True)
+"""
+
+
+def test_interpreter_exit_while_a_daemon_thread_is_in_an_op():
+    """The main thread returns while a daemon thread runs an op. CPython ends such a thread
+    with pthread_exit when it takes the GIL back; its forced unwinding through pybind11's
+    GIL-release destructor aborted the process ('terminate called without an active
+    exception', 5 of 5 runs) until the binding took the GIL back in plain code
+    (src/cpp/gil.hpp). Three runs, each must exit 0."""
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", _DAEMON_AT_EXIT], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stdout.strip() == "exiting", (proc.returncode, proc.stderr[-2000:])

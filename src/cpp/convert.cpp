@@ -1,4 +1,5 @@
 #include "convert.hpp"
+#include "gil.hpp"
 
 #include <immintrin.h>
 
@@ -126,10 +127,11 @@ bool convert(const py::array &src, const std::string &src_code, py::array &dst,
     const size_t n = static_cast<size_t>(src.size());
     const void *in = src.data();
     void *out = dst.mutable_data();
-    py::gil_scoped_release release;
     const LowType type = low == "f16" ? LowType::f16 : LowType::bf16;
-    if (to_f32) low_to_f32(static_cast<const uint16_t *>(in), static_cast<float *>(out), n, type);
-    else f32_to_low(static_cast<const float *>(in), static_cast<uint16_t *>(out), n, type);
+    without_gil([&] {
+        if (to_f32) low_to_f32(static_cast<const uint16_t *>(in), static_cast<float *>(out), n, type);
+        else f32_to_low(static_cast<const float *>(in), static_cast<uint16_t *>(out), n, type);
+    });
     return true;
 }
 
@@ -150,8 +152,7 @@ bool all_finite(const py::array &a, const std::string &code) {
         throw std::invalid_argument("all_finite: an aligned C-contiguous bf16 or f16 array expected");
     const auto *data = static_cast<const uint16_t *>(a.data());
     const size_t n = static_cast<size_t>(a.size());
-    py::gil_scoped_release release;
-    return all_finite_16(data, n, code);
+    return without_gil([&] { return all_finite_16(data, n, code); });
 }
 
 }  // namespace onednn_convt

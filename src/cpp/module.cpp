@@ -14,6 +14,7 @@
 #include "compiled_op.hpp"
 #include "convert.hpp"
 #include "dlpack.hpp"
+#include "gil.hpp"
 #include "partition_cache.hpp"
 #include "staging.hpp"
 
@@ -99,17 +100,17 @@ struct PyCompiledOp {
     void execute(const py::sequence &inputs, const py::array &output) const {
         auto in = pointers(inputs);
         void *out = checked_pointer(*op, output, op->spec().output, "output", true);
-        py::gil_scoped_release release;
-        op->execute(in, out);
+        without_gil([&] { op->execute(in, out); });
     }
 
     double time_loop(const py::sequence &inputs, const py::array &output, int64_t iterations) const {
         auto in = pointers(inputs);
         void *out = checked_pointer(*op, output, op->spec().output, "output", true);
-        py::gil_scoped_release release;
-        auto start = std::chrono::steady_clock::now();
-        for (int64_t i = 0; i < iterations; ++i) op->execute(in, out);
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return without_gil([&] {
+            auto start = std::chrono::steady_clock::now();
+            for (int64_t i = 0; i < iterations; ++i) op->execute(in, out);
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        });
     }
 };
 
@@ -213,14 +214,11 @@ struct Executor {
             return result;
         }
         void *dst = result.mutable_data();
-        bool finite = true;
-        {
-            py::gil_scoped_release release;
+        const auto size = static_cast<size_t>(result.size());
+        const bool finite = without_gil([&] {
             compiled.op->execute(ptrs, dst);
-            if (!finite_code.empty())
-                finite = all_finite_16(static_cast<const uint16_t *>(dst),
-                                       static_cast<size_t>(result.size()), finite_code);
-        }
+            return finite_code.empty() || all_finite_16(static_cast<const uint16_t *>(dst), size, finite_code);
+        });
         if (!finite) throw SignatureMismatch();
         return result;
     }
@@ -230,23 +228,24 @@ struct Executor {
         const LowType type = emulated == "f16" ? LowType::f16 : LowType::bf16;
         const auto &sizes = staged_sizes, &offsets = staged_offsets;
         auto *dst = static_cast<uint16_t *>(result.mutable_data());
-        py::gil_scoped_release release;
-        Staging &staging = Staging::local();
-        float *base = staging.get(staged_total);
-        std::vector<void *> f32(ptrs.size());
-        for (size_t i = 0; i < ptrs.size(); ++i) {
-            f32[i] = base + offsets[i];
-            low_to_f32(static_cast<const uint16_t *>(ptrs[i]), base + offsets[i], sizes[i], type);
-        }
-        float *out = base + offsets.back();
-        try {
-            compiled.op->execute(f32, out);
-        } catch (...) {
+        without_gil([&] {
+            Staging &staging = Staging::local();
+            float *base = staging.get(staged_total);
+            std::vector<void *> f32(ptrs.size());
+            for (size_t i = 0; i < ptrs.size(); ++i) {
+                f32[i] = base + offsets[i];
+                low_to_f32(static_cast<const uint16_t *>(ptrs[i]), base + offsets[i], sizes[i], type);
+            }
+            float *out = base + offsets.back();
+            try {
+                compiled.op->execute(f32, out);
+            } catch (...) {
+                staging.release();
+                throw;
+            }
+            f32_to_low(out, dst, sizes.back(), type);
             staging.release();
-            throw;
-        }
-        f32_to_low(out, dst, sizes.back(), type);
-        staging.release();
+        });
     }
 };
 
@@ -362,10 +361,11 @@ PYBIND11_MODULE(_core, m) {
                 OpSpec spec{kind, to_attrs(attrs), {}, to_desc(output), std::move(constant), {}, std::move(stages)};
                 for (auto t : inputs) spec.inputs.push_back(to_desc(t));
                 for (auto n : nodes) spec.nodes.push_back(to_node(n));
-                py::gil_scoped_release release;
-                if (!spec.constant_inputs.empty())  // one set of values: never shared
-                    return PyCompiledOp{std::make_shared<const CompiledOp>(std::move(spec))};
-                return PyCompiledOp{global_cache().get(std::move(spec))};
+                return without_gil([&] {
+                    if (!spec.constant_inputs.empty())  // one set of values: never shared
+                        return PyCompiledOp{std::make_shared<const CompiledOp>(std::move(spec))};
+                    return PyCompiledOp{global_cache().get(std::move(spec))};
+                });
             },
             py::arg("kind"), py::arg("attrs"), py::arg("inputs"), py::arg("output"),
             py::arg("constant") = std::vector<size_t>{}, py::arg("nodes") = py::tuple(),
