@@ -600,8 +600,17 @@ CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
     };
     serialized_ = shared_scratchpad(k);
     for (const auto &node : spec_.nodes) serialized_ = serialized_ || shared_scratchpad(node.kind);
-    thread_bound_ = k == "ConvolutionBackwardWeights";
-    for (const auto &node : spec_.nodes) thread_bound_ = thread_bound_ || node.kind == "ConvolutionBackwardWeights";
+    // the kinds whose primitives the library creates in its own scratchpad mode (its verbose
+    // log lacks attr-scratchpad:user), where a GEMM kernel takes the global scratchpad: gemm:jit
+    // backward_weights (dilated, or no JIT kernel fits) crashed off its thread, and gemm:jit
+    // backward_data (a dilated ConvolutionBackwardData, the default forward lowering)
+    // returned invalid_arguments there (fuzz/threads.py)
+    auto global_scratchpad = [](const std::string &kind) {
+        return kind == "ConvolutionBackwardData" || kind == "ConvolutionBackwardWeights" ||
+               kind == "ConvTransposeBackwardData" || kind == "ConvTransposeBackwardWeights";
+    };
+    thread_bound_ = global_scratchpad(k);
+    for (const auto &node : spec_.nodes) thread_bound_ = thread_bound_ || global_scratchpad(node.kind);
     owner_ = thread_token();
     threads_ = omp_threads();
     id_ = next_op_id.fetch_add(1);

@@ -118,7 +118,7 @@ private:
     // partition: wrong values or a thread spinning forever. ConvolutionBackwardData gives
     // wrong values run concurrently too. Such kinds run one thread at a time per spec key.
     bool serialized_ = false;
-    // oneDNN 3.2 runs some ConvolutionBackwardWeights partitions (its GEMM kernel,
+    // oneDNN 3.2 runs some backward-data and backward-weights partitions (its GEMM kernels,
     // x64:gemm:jit: dilated problems, or where no JIT kernel fits) on the library's global
     // scratchpad: a thread-local buffer with a thread-local reference count, taken by the
     // kernel on the thread that creates it and given back by its destructor on whichever
