@@ -185,3 +185,50 @@ def test_interpreter_exit_while_a_daemon_thread_is_in_an_op():
     for _ in range(3):
         proc = subprocess.run([sys.executable, "-c", _DAEMON_AT_EXIT], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and proc.stdout.strip() == "exiting", (proc.returncode, proc.stderr[-2000:])
+
+
+_FORK_BESIDE_THREADS = """
+import os, sys, threading, time, numpy as np, onednn_convt as oc
+op = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1, groups=2)
+def arrays(i):
+    return np.ones((1 + i % 3, 5 + i % 4, 5, 2 * (1 + i % 5)), np.float32), np.ones((3, 3, 2, 2 * (1 + i % 5)), np.float32)
+stop = threading.Event()
+def work(seed):
+    i = seed
+    while not stop.is_set():
+        op(*arrays(i)); i += 7  # new signatures: compiles, as well as runs
+threads = [threading.Thread(target=work, args=(s,), daemon=True) for s in range(3)]
+for t in threads:
+    t.start()
+time.sleep(float(sys.argv[1]))  # 0: the main thread forks before any op finished anywhere
+hung = failed = 0
+for k in range(10):
+    pid = os.fork()
+    if pid == 0:
+        x, w = arrays(1000 + k)
+        want = oc.reference.conv_transpose(x, w, strides=2, pads_begin=1, pads_end=1, groups=2)
+        os._exit(0 if np.allclose(op(x, w), want) else 3)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            failed += status != 0
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9); os.waitpid(pid, 0); hung += 1; break
+        time.sleep(0.01)
+stop.set()
+print("hung", hung, "failed", failed)
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.5])
+def test_fork_while_other_threads_compile_and_run(delay):
+    """os.fork() while other threads are inside op calls, compiling new signatures: the child
+    inherited locks held by threads it does not have, or OpenMP pools started by them, and
+    hung in a parallel region (fuzz/fork.py). A fork now waits at the binding's gate until no
+    thread is inside the library, and a child of a parent where any thread ran the library
+    computes on one thread."""
+    proc = subprocess.run([sys.executable, "-c", _FORK_BESIDE_THREADS, str(delay)], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0 and proc.stdout.split() == ["hung", "0", "failed", "0"], (proc.stdout, proc.stderr[-2000:])

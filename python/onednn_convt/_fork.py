@@ -17,8 +17,9 @@ The child then computes the same results on one thread (the ``spawn`` and ``fork
 start methods, which start a fresh interpreter, keep every thread). A parent that had not run
 an op yet, or ran with ``OMP_NUM_THREADS=1``, has no pool: its children are left alone.
 
-Caveat, as for any fork of a threaded process: if another thread of the parent was compiling
-at the moment of the fork, the child may block on the cache's lock; use ``spawn`` there.
+A fork waits until no other thread is inside the library (the binding's fork gate), so the
+child never inherits a lock the library or the binding held; a parent with ops running on
+other threads forks a little later than asked, by at most the calls in flight.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def _call_in_forked_child(self: Any, inputs: tuple[Any, ...], out: Any) -> Any:
 
 def _after_fork_in_child() -> None:
     global _original_call
-    if not ops._NATIVE:  # nothing compiled, so nothing ran: no OpenMP pool to inherit
+    # no thread compiled or ran an op (as of the fork: the binding makes a fork wait for
+    # every call in flight): no OpenMP pool to inherit
+    if not _core.library_entered():
         return
     threads = omp_max_threads()
     if threads is None or threads <= 1:

@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <new>
+#include <shared_mutex>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -23,6 +24,32 @@ uint64_t thread_token() {
     static std::atomic<uint64_t> next{1};
     thread_local const uint64_t token = next.fetch_add(1);
     return token;
+}
+
+std::shared_mutex &fork_gate() {
+    static auto *gate = new std::shared_mutex;  // never destroyed: threads may exit after static teardown
+    return *gate;
+}
+
+namespace {
+thread_local int gate_depth = 0;  // nested ForkGates of this thread (only the outermost locks)
+}  // namespace
+
+namespace {
+std::atomic<bool> entered{false};  // whether any thread has entered the library through a gate
+}  // namespace
+
+bool library_entered() { return entered.load(std::memory_order_relaxed); }
+
+ForkGate::ForkGate() {
+    if (gate_depth++ == 0) {
+        fork_gate().lock_shared();
+        entered.store(true, std::memory_order_relaxed);
+    }
+}
+
+ForkGate::~ForkGate() {
+    if (--gate_depth == 0) fork_gate().unlock_shared();
 }
 
 dnnl::engine &cpu_engine() {
@@ -297,7 +324,7 @@ void check_graph(const OpSpec &s) {
     for (size_t n = 0; n < s.nodes.size(); ++n) {
         const NodeSpec &node = s.nodes[n];
         const bool last = n + 1 == s.nodes.size();
-        OpSpec single{node.kind, node.attrs, {}, last ? s.output : node.output, {}, {}};
+        OpSpec single{node.kind, node.attrs, {}, last ? s.output : node.output, {}, {}, {}};
         check_tensor(node.kind, single.output);
         if (node.inputs.empty()) invalid(node.kind, "a node needs an input");
         for (auto ref : node.inputs) {
@@ -390,13 +417,6 @@ void arm_teardown_lock() {
     (void)lock;
 }
 
-// A fork while another thread holds a lock would leave it locked forever in the child,
-// where that thread does not exist: the child starts with fresh locks.
-void reset_locks() {
-    for (auto &m : execution_locks) new (&m) std::mutex;
-    new (&teardown_mutex()) std::mutex;
-}
-[[maybe_unused]] const int atfork_registered = pthread_atfork(nullptr, nullptr, reset_locks);
 
 lt make_lt(const std::string &kind, size_t id, const TensorDesc &t, bool constant) {
     const auto property = constant ? lt::property_type::constant : lt::property_type::undef;
@@ -525,6 +545,22 @@ ThreadLife &thread_life() {
 
 std::atomic<uint64_t> next_op_id{1};
 
+// A fork while another thread holds a lock would leave it locked forever in the child,
+// where that thread does not exist. The library's own locks (its primitive cache's, taken
+// while it builds kernels) cannot be reset, so a fork waits at the gate until no thread
+// is inside the library through this binding (ForkGate: compiles, runs, kernel
+// destruction, the partition cache); and the child starts with fresh locks of ours. (The
+// child of a fork taken while another thread compiled hung: fuzz/fork.py.)
+void before_fork() { fork_gate().lock(); }
+void after_fork_in_parent() { fork_gate().unlock(); }
+void after_fork_in_child() {
+    new (&fork_gate()) std::shared_mutex;
+    for (auto &m : execution_locks) new (&m) std::mutex;
+    new (&teardown_mutex()) std::mutex;
+    new (&graveyard().mutex) std::mutex;
+}
+[[maybe_unused]] const int atfork_registered = pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+
 }  // namespace
 
 // The calling thread's OpenMP thread count (GNU OpenMP, loaded with oneDNN), which a kernel
@@ -541,6 +577,7 @@ static void set_omp_threads(int n) {
 }
 
 CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
+    ForkGate gate;
     teardown_unlock();  // before anything of the library's in this thread (see teardown_mutex)
     const std::string &k = spec_.kind;
     if (spec_.nodes.empty()) check_arguments(spec_);
@@ -725,6 +762,7 @@ dnnl::stream &thread_stream() {
 }
 
 CompiledOp::~CompiledOp() {
+    ForkGate gate;
     if (thread_bound_ && thread_token() != owner_) {  // its own thread destroys it (thread_bound_)
         auto stages = std::make_shared<std::vector<Stage>>(std::move(stages_));
         std::lock_guard<std::mutex> lock(graveyard().mutex);
@@ -744,6 +782,7 @@ CompiledOp::~CompiledOp() {
 }
 
 void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const {
+    ForkGate gate;
     if (thread_bound_ && thread_token() != owner_) {  // this thread's own copy (see thread_bound_)
         teardown_unlock();
         ThreadCopies &copies = thread_life().copies;

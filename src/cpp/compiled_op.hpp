@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 #include <string>
 #include <variant>
@@ -138,6 +139,19 @@ private:
     std::vector<Stage> stages_;
     std::vector<size_t> inplace_inputs_;
 };
+
+// Held (shared) while a thread is inside the library through this binding; a fork takes it
+// exclusively (see before_fork in compiled_op.cpp). Reentrant within a thread.
+struct ForkGate {
+    ForkGate();
+    ~ForkGate();
+    ForkGate(const ForkGate &) = delete;
+    ForkGate &operator=(const ForkGate &) = delete;
+};
+std::shared_mutex &fork_gate();
+// Whether any thread of this process (or of the parent it was forked from) has entered the
+// library through a ForkGate: its OpenMP thread pools may exist.
+bool library_entered();
 
 dnnl::engine &cpu_engine();
 dnnl::stream &thread_stream();  // one CPU stream per thread

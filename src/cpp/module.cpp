@@ -426,4 +426,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("dlpack_export", &dlpack_export, py::arg("array"), py::arg("code"), py::arg("bits"),
           "A 'dltensor' capsule viewing `array` (kept alive by it), of DLPack type (code, bits).");
     m.def("cpu_isa", [] { return static_cast<int>(dnnl::get_effective_cpu_isa()); });
+    m.def("library_entered", &library_entered,
+          "Whether any thread of this process (or of the parent it was forked from) has compiled or run\n"
+          "an op: the OpenMP thread pools a forked child cannot use may exist.");
 }

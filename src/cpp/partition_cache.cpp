@@ -3,6 +3,7 @@
 namespace onednn_convt {
 
 std::shared_ptr<const CompiledOp> PartitionCache::get(OpSpec spec) {
+    ForkGate gate;  // its lock and the kernels it frees (see before_fork)
     std::string key = spec.key();
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -33,17 +34,20 @@ void PartitionCache::evict_locked() {
 }
 
 CacheInfo PartitionCache::info() const {
+    ForkGate gate;
     std::lock_guard<std::mutex> lock(mutex_);
     return {hits_, misses_, lru_.size(), capacity_};
 }
 
 void PartitionCache::set_capacity(size_t capacity) {
+    ForkGate gate;
     std::lock_guard<std::mutex> lock(mutex_);
     capacity_ = capacity;
     evict_locked();
 }
 
 void PartitionCache::clear() {
+    ForkGate gate;
     std::lock_guard<std::mutex> lock(mutex_);
     lru_.clear();
     index_.clear();
