@@ -189,7 +189,9 @@ def test_other_graphs_are_skipped_with_the_reason(tmp_path: Path) -> None:
     result = run_json(tmp_path, conv)
     assert result.outcome == SKIPPED and "op kind Convolution is not one of" in result.message
     two = copy.deepcopy(BASE)
-    two["graph"].append({**copy.deepcopy(BASE["graph"][0]), "id": 1, "kind": "ReLU"})
+    relu = {**copy.deepcopy(BASE["graph"][0]), "id": 1, "kind": "ReLU"}
+    relu["outputs"][0]["id"] = 3  # a tensor has one producer
+    two["graph"].append(relu)
     result = run_json(tmp_path, two)
     assert (
         result.outcome == SKIPPED and "the graph has 2 ops (ConvTranspose, ReLU)" in result.message

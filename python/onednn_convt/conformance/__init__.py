@@ -9,6 +9,11 @@
 - :mod:`.runner`: runs a case through the public API and judges it against the reference.
 - :mod:`.report`: progress, JUnit XML, JSON, the summary line.
 - :mod:`.cli`: ``onednn-convt conformance``; :mod:`.pytest_plugin`: ``pytest --conformance``.
+
+The runner's contract on hostile input (:mod:`.runner` has the details): a malformed input
+is INVALID with the file and the reason; a case the library refuses is SKIPPED or INVALID,
+never ERROR (ERROR is a bug of this package); no input makes it hang, crash or exceed the
+memory limit (``ONEDNN_CONVT_MEMORY_LIMIT``), and one bad file never stops the other cases.
 """
 
 from __future__ import annotations

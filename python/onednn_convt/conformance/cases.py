@@ -12,26 +12,43 @@ package fuses around it (Dequantize, BiasAdd, post-ops, Quantize:
 :mod:`onednn_convt.conformance.patterns`); the case then carries a :class:`~.patterns.Pattern`
 and runs as one fused ``ConvTranspose`` call.
 
-:func:`collect` turns paths (JSON files, harness files, directories) into cases.
+:func:`collect` turns paths (JSON files, harness files, directories) into cases. It never
+stops at a bad file: a file that cannot be read or is malformed is an INVALID case naming
+it (:mod:`.graph_json` and :mod:`.harness` say what is refused), the rest are collected; a
+file whose check raises what it should not is an ``ERROR`` case (a bug of this package).
+The work is bounded (:class:`Budget`): at most :data:`MAX_CASES` cases and
+:data:`MAX_HARNESS_FILES` harness files per collect, and :data:`MAX_WORK` characters of case
+lines plus graph entries checked; past a bound, reading stops with an INVALID case that
+says where. Each case is checked with work proportional to its graph's size (a graph of
+more ops than a pattern has is SKIPPED before anything else), and ranks are checked before
+anything reads dims by rank (:func:`check_ranks`).
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import traceback
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
 
 from .. import schema, shapes
 from . import graph_json
 from .graph_json import (
     CONVT_KINDS,
+    F32_MAX,
     GRAPH_OP_KINDS,
     LIBRARY_ATTRS,
+    MAX_NDIMS,
     REQUIRED_ATTRS,
+    S64_MAX,
+    S64_MIN,
     Attr,
+    FileTooLarge,
     Graph,
     GraphJSONError,
+    short,
 )
 
 if TYPE_CHECKING:
@@ -39,6 +56,8 @@ if TYPE_CHECKING:
 
 INVALID = "INVALID"
 SKIPPED = "SKIPPED"
+#: A case whose check raised what it should not (a bug of this package; the runner's outcome)
+ERROR = "ERROR"
 
 #: Input roles of each op, in index order, and the output's.
 INPUT_ROLES = {
@@ -208,7 +227,7 @@ def expected_output_shape(
     s, d = dims("strides", 1), dims("dilations", 1)
     auto_pad = schema.AUTO_PAD.get(str(attrs.get("auto_pad") or "None").lower())
     if auto_pad is None:
-        msg = f"{kind}: unknown auto_pad {attrs.get('auto_pad')!r}"
+        msg = f"{kind}: unknown auto_pad {short(attrs.get('auto_pad'))}"
         raise ValueError(msg)
     pb, pe = shapes.resolve_pads(kernel, s, d, auto_pad, dims("pads_begin", 0), dims("pads_end", 0))
     if kind == "ConvTranspose":
@@ -226,13 +245,16 @@ def tag_order(tag: str, rank: int) -> tuple[int, ...]:
     """
     order = tuple(ord(c) - ord("a") for c in tag)
     if sorted(order) != list(range(rank)):
-        msg = f"memory tag {tag!r} expected a permutation of {''.join(chr(97 + i) for i in range(rank))}"
+        msg = f"memory tag {short(tag)} expected a permutation of {''.join(chr(97 + i) for i in range(rank))}"
         raise ValueError(msg)
     return order
 
 
 def apply_in_shapes(
-    ov: Overrides, inputs: Sequence[int], shape: dict[int, list[int]], order: dict[int, tuple[int, ...]]
+    ov: Overrides,
+    inputs: Sequence[int],
+    shape: dict[int, list[int]],
+    order: dict[int, tuple[int, ...]],
 ) -> None:
     """Apply ``--in-shapes`` to the graph inputs (tensor ids ``inputs``): their ``shape`` and
     memory ``order`` (a tag sets it; a new rank without one makes it dense), in place.
@@ -247,6 +269,11 @@ def apply_in_shapes(
                 f"--in-shapes: tensor {tid} is not a graph input (inputs: {', '.join(map(str, inputs))})",
             )
         old_rank = len(shape[tid])
+        if new_shape is not None and len(new_shape) > MAX_NDIMS:
+            raise CaseError(
+                INVALID,
+                f"--in-shapes: tensor {tid} gets {len(new_shape)} dims; a tensor has at most {MAX_NDIMS} (DNNL_MAX_NDIMS)",
+            )
         if new_shape is not None:
             shape[tid] = list(new_shape)
         rank = len(shape[tid])
@@ -258,6 +285,40 @@ def apply_in_shapes(
             )
         except ValueError as e:
             raise CaseError(INVALID, f"--in-shapes: tensor {tid}: {e}") from None
+
+
+def shape_differs(declared: Sequence[int], expected: Sequence[int]) -> bool:
+    """Whether a tensor's shape in the JSON contradicts the shape an op gives it: another
+    rank, or a known dim (>= 0) of another size. Unknown dims, and ``[]`` (rank unknown) on
+    a tensor an op computes, are left to the library to infer."""
+    if not declared:
+        return False
+    return len(declared) != len(expected) or any(
+        d >= 0 and d != e for d, e in zip(declared, expected)
+    )
+
+
+def check_ranks(kind: str, by_role: Mapping[str, Sequence[int]]) -> None:
+    """Raise CaseError INVALID unless the inputs have the ranks the op takes: the activation
+    input (src, or diff_dst of BackwardData) rank 3, 4 or 5 (1 to 3 spatial dims), weights
+    and the other activation its rank, a bias and weights_shape rank 1. (The op's own rule;
+    checked here because the fill and the memory estimate read the dims by these ranks.)"""
+    lead = "diff_dst" if kind == "ConvTransposeBackwardData" else "src"
+    rank = len(by_role[lead])
+    if not 3 <= rank <= 5:
+        raise CaseError(
+            INVALID,
+            f"{lead} has shape {list(by_role[lead])} (rank {rank}); {kind} takes rank 3, 4 or 5 "
+            "(1 to 3 spatial dims)",
+        )
+    for role, dims in by_role.items():
+        want = 1 if role in ("bias", "weights_shape") else rank
+        if role in ("src", "diff_dst", "weights", "bias", "weights_shape") and len(dims) != want:
+            raise CaseError(
+                INVALID,
+                f"{role} has shape {list(dims)} (rank {len(dims)}); {kind} takes {role} of rank {want}"
+                + (f" like {lead}" if want == rank else ""),
+            )
 
 
 def stride_order(stride: Sequence[int], rank: int) -> tuple[int, ...]:
@@ -288,9 +349,23 @@ def _parse_value(attr: Attr, text: str, name: str) -> Any:
             return low in ("true", "1")
     except ValueError:
         raise CaseError(
-            INVALID, f"--op-attrs: value {text!r} of '{name}' does not parse as {t}"
+            INVALID, f"--op-attrs: value {short(text)} of '{name}' does not parse as {t}"
         ) from None
     return text
+
+
+def _checked_value(attr: Attr, text: str, name: str) -> Any:
+    """:func:`_parse_value`, INVALID unless the value is in the format's range (s64
+    integers, finite f32 numbers), as a JSON value would have to be."""
+    value = _parse_value(attr, text, name)
+    items = value if isinstance(value, list) else [value]
+    if attr.type.startswith("s64") and not all(S64_MIN <= v <= S64_MAX for v in items):
+        raise CaseError(
+            INVALID, f"--op-attrs: value {short(text)} of '{name}' is out of the s64 range"
+        )
+    if attr.type.startswith("f32") and not all(abs(v) <= F32_MAX for v in items):  # NaN too
+        raise CaseError(INVALID, f"--op-attrs: value {short(text)} of '{name}' is not a finite f32")
+    return value
 
 
 def op_keywords(op: graph_json.GraphOp, spatial: int) -> dict[str, Any]:
@@ -335,14 +410,21 @@ def _check_attrs(op: graph_json.GraphOp) -> None:
             )
             raise CaseError(
                 INVALID,
-                f"attribute '{name}' is not defined for {op.kind} ({where}); the library rejects it at add_op",
+                f"attribute {short(name)} is not defined for {op.kind} ({where}); the library rejects it at add_op",
             )
         want = schema_types[name]
+        if isinstance(attr.value, list) and len(attr.value) > MAX_NDIMS:
+            raise CaseError(
+                INVALID,
+                f"attribute {short(name)} has {len(attr.value)} values; the library holds at most {MAX_NDIMS} (DNNL_MAX_NDIMS)",
+            )
         # The library stores a value by attribute name: a one-element s64[] groups works (spec 2).
         if attr.type != want and not (
             name == "groups" and attr.type == "s64[]" and len(attr.value) == 1
         ):
-            raise CaseError(INVALID, f"attribute '{name}' expected type {want}, got {attr.type}")
+            raise CaseError(
+                INVALID, f"attribute {short(name)} expected type {want}, got {attr.type}"
+            )
         allowed = _STRING_VALUES.get(name)
         if allowed and attr.value not in allowed:
             hint = ""
@@ -350,7 +432,7 @@ def _check_attrs(op: graph_json.GraphOp) -> None:
                 hint = " (a Convolution format some oneDNN pages list by mistake)"
             raise CaseError(
                 INVALID,
-                f"attribute '{name}' is {attr.value!r}{hint}; the library accepts exactly {', '.join(allowed)}",
+                f"attribute {short(name)} is {short(attr.value)}{hint}; the library accepts exactly {', '.join(allowed)}",
             )
     missing = [n for n in REQUIRED_ATTRS if n not in op.attrs]
     if missing:
@@ -370,9 +452,9 @@ def _apply_op_attrs(op: graph_json.GraphOp, ov: Overrides) -> None:
             if name not in op.attrs:
                 raise CaseError(
                     INVALID,
-                    f"--op-attrs: no attribute '{name}' in op {op.id} ({op.kind}); an override must name an attribute the JSON op has",
+                    f"--op-attrs: no attribute {short(name)} in op {op.id} ({op.kind}); an override must name an attribute the JSON op has",
                 )
-            op.attrs[name] = Attr(op.attrs[name].type, _parse_value(op.attrs[name], text, name))
+            op.attrs[name] = Attr(op.attrs[name].type, _checked_value(op.attrs[name], text, name))
 
 
 def build_case(
@@ -396,11 +478,16 @@ def build_case(
     """
     case = Case(id=id, location=location, root=root, path=path)
     try:
+        if isinstance(graph, FileTooLarge):
+            raise CaseError(SKIPPED, str(graph))
         if isinstance(graph, GraphJSONError):
             raise CaseError(INVALID, str(graph))
         _fill(case, graph, ov)
     except CaseError as e:
         case.status, case.reason = e.status, e.reason
+    except Exception as e:  # noqa: BLE001 - a bug here: this case is an ERROR, the others run
+        case.status = ERROR
+        case.reason = f"checking the case: {type(e).__name__}: {short(str(e))}\n{traceback.format_exc(limit=-3)}"
     return case
 
 
@@ -414,12 +501,12 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
 
         patterns.build(case, graph, ov)
         return
-    op = graph_json.parse_graph(graph.to_json()).ops[0]  # a copy the overrides can change
-    case.kind = op.kind
+    op = graph.ops[0].copy()  # a copy the overrides can change
     if op.kind not in CONVT_KINDS:
         if op.kind in GRAPH_OP_KINDS:
             raise CaseError(SKIPPED, f"op kind {op.kind} is not one of {', '.join(CONVT_KINDS)}")
-        raise CaseError(INVALID, f"unknown op kind {op.kind!r} (not a oneDNN Graph op)")
+        raise CaseError(INVALID, f"unknown op kind {short(op.kind)} (not a oneDNN Graph op)")
+    case.kind = op.kind
     _apply_op_attrs(op, ov)
     _check_attrs(op)
     roles = INPUT_ROLES[op.kind]
@@ -430,6 +517,15 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
         )
     if len(op.outputs) != 1:
         raise CaseError(INVALID, f"{op.kind} expected 1 output, got {len(op.outputs)}")
+
+    ids = [t.id for t in op.inputs]
+    if len(set(ids)) < len(ids):
+        twice = next(t for t in ids if ids.count(t) > 1)
+        which = ", ".join(f"{roles[i]}" for i, t in enumerate(ids) if t == twice)
+        raise CaseError(
+            SKIPPED,
+            f"tensor {twice} is {which} of the {op.kind}; the runner fills each input as its own tensor",
+        )
 
     # tensors: shape, memory order, dtype after the overrides
     tensors = {t.id: t for t in op.inputs}
@@ -475,6 +571,8 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
                 f"input {tid} ({role}) has an unknown shape {shape[tid]}; every input shape must be known",
             )
 
+    check_ranks(op.kind, {role: shape[tid] for tid, role in role_of.items()})
+
     # attributes as the op's keywords
     attrs = op_keywords(op, len(shape[op.inputs[0].id]) - 2)
     ws_values: Optional[tuple[int, ...]] = None
@@ -498,16 +596,11 @@ def _fill(case: Case, graph: Graph, ov: Overrides) -> None:
                 )
     try:
         out_shape: Optional[tuple[int, ...]] = expected_output_shape(op.kind, attrs, input_shapes)
-    except (ValueError, IndexError, TypeError):
+    except (ValueError, IndexError, TypeError, ArithmeticError):  # e.g. a stride of 0
         out_shape = None  # the call reports why
     if out_shape is not None and min(out_shape, default=0) < 1:
         out_shape = None  # likewise
-    if (
-        out_shape is not None
-        and not ov.reshapes
-        and out_t.known_shape
-        and tuple(out_t.shape) != out_shape
-    ):
+    if out_shape is not None and not ov.reshapes and shape_differs(out_t.shape, out_shape):
         raise CaseError(
             INVALID,
             f"output {out_t.id} has shape {list(out_t.shape)} in the JSON; the inputs and attributes give {list(out_shape)}",
@@ -546,19 +639,54 @@ def bundled_paths() -> list[str]:
     return sorted(os.path.join(d, n) for n in os.listdir(d) if n.startswith("harness"))
 
 
+#: Most cases one :func:`collect` expands to (a bundled harness file has a few hundred; a
+#: harness file that sweeps or includes itself into more is INVALID past this).
+MAX_CASES = 20_000
+#: Most harness files one :func:`collect` reads (``--batch`` inclusions included).
+MAX_HARNESS_FILES = 1_000
+#: Most work one :func:`collect` does: the characters of the cases' lines plus the entries
+#: (ops, attributes, tensors) of the graph each case checks, summed over the cases.
+MAX_WORK = 1 << 26
+#: Parsed graph files kept for the next case that names them: at most this many entries
+#: (ops, attributes, tensors; a bundled case has about 15) in all.
+LOADER_CACHE = 200_000
+
+
+@dataclass
+class Budget:
+    """What one :func:`collect` may still expand to: cases, harness files to read, and
+    work (:data:`MAX_WORK`)."""
+
+    cases: int = field(default_factory=lambda: MAX_CASES)
+    files: int = field(default_factory=lambda: MAX_HARNESS_FILES)
+    work: int = field(default_factory=lambda: MAX_WORK)
+
+
 class _Loader:
-    """Reads each JSON file once."""
+    """Reads each JSON file once (the files read last are kept, up to :data:`LOADER_CACHE`
+    graph entries, so that memory stays bounded)."""
 
     def __init__(self) -> None:
-        self._graphs: dict[str, Union[Graph, GraphJSONError]] = {}
+        self._graphs: OrderedDict[str, Union[Graph, GraphJSONError]] = OrderedDict()
+        self._entries = 0
 
     def __call__(self, path: str) -> Union[Graph, GraphJSONError]:
-        if path not in self._graphs:
+        graph = self._graphs.pop(path, None)
+        if graph is None:
             try:
-                self._graphs[path] = graph_json.load(path)
+                graph = graph_json.load(path)
             except GraphJSONError as e:
-                self._graphs[path] = e
-        return self._graphs[path]
+                graph = e
+            self._entries += _weight(graph)
+        self._graphs[path] = graph  # the most recent last
+        while self._entries > LOADER_CACHE and len(self._graphs) > 1:
+            _, old = self._graphs.popitem(last=False)
+            self._entries -= _weight(old)
+        return graph
+
+
+def _weight(graph: Union[Graph, GraphJSONError]) -> int:
+    return graph.entries() if isinstance(graph, Graph) else 1
 
 
 def _json_case(path: str, root: str, loader: _Loader, location: str) -> Case:
@@ -592,31 +720,62 @@ def collect(
             file (and for ``lines``; default: the current directory).
         lines: harness lines given directly (``--reset --case=op/f32/deconv.json``).
 
+    A bad file (unreadable, malformed, a harness that includes itself or expands past the
+    :class:`Budget`) is one or more INVALID cases naming it, among the others; see the
+    module docstring.
+
     Raises:
-        FileNotFoundError: a path that does not exist.
+        FileNotFoundError: a path given that does not exist (a usage error).
     """
     from .harness import parse_harness, parse_text
 
     loader = _Loader()
+    budget = Budget()
     cases: list[Case] = []
     if not paths and not lines:
         paths = bundled_paths()
     for p in paths:
         if not os.path.exists(p):
             raise FileNotFoundError(f"conformance: no such file or directory: {p}")
+    for p in paths:
         if os.path.isdir(p):
-            items = list(_walk(p))
+            items: Iterable[tuple[str, str]] = _walk(p)
             base = p
         else:
             items = [("json" if p.endswith(".json") else "harness", p)]
             base = os.path.dirname(p) or "."
         for kind, full in items:
             shown = full if os.path.isdir(p) else p
-            if kind == "json":
-                cases.extend([_json_case(full, base, loader, shown)])
-            else:
-                cases.extend(parse_harness(full, cases_root=cases_root, loader=loader, shown=shown))
+            if budget.cases <= 0:
+                cases.append(_not_read(shown, base, f"{shown} is not read"))
+                break
+            try:
+                if kind == "json":
+                    budget.cases -= 1
+                    cases.append(_json_case(full, base, loader, shown))
+                else:
+                    cases.extend(
+                        parse_harness(
+                            full, cases_root=cases_root, loader=loader, shown=shown, budget=budget
+                        )
+                    )
+            except Exception as e:  # noqa: BLE001 - a bug here: this file is an ERROR, the others run
+                cases.append(
+                    Case(
+                        id=f"# {shown}",
+                        location=shown,
+                        root=base,
+                        status=ERROR,
+                        reason=f"reading {shown}: {type(e).__name__}: {short(str(e))}\n"
+                        f"{traceback.format_exc(limit=-3)}",
+                    )
+                )
     for i, text in enumerate(lines):
+        if budget.cases <= 0:
+            cases.append(
+                _not_read(f"--line[{i + 1}]", cases_root or ".", f"--line[{i + 1}] is not read")
+            )
+            break
         cases.extend(
             parse_text(
                 text,
@@ -624,6 +783,19 @@ def collect(
                 base_dir=cases_root or ".",
                 cases_root=cases_root,
                 loader=loader,
+                budget=budget,
             )
         )
     return cases
+
+
+def _not_read(shown: str, root: str, what: str) -> Case:
+    """The INVALID case of a path left unread because the run already has MAX_CASES cases."""
+    return Case(
+        id=f"# {shown}",
+        location=shown,
+        root=root,
+        status=INVALID,
+        reason=f"{what} (nor what follows): the paths given already expand to {MAX_CASES} cases, "
+        "the most one run takes",
+    )

@@ -12,7 +12,12 @@ Examples::
         src_dequantize=Dequantize(scales=0.5, zps=2), weights_dequantize=Dequantize(scales=2),
         dst_quantize=Quantize(scales=1, dtype="s8"))' --shapes 1x8x5x5 8x4x3x3 - 1x4x7x7
 
-Exit status: 0 when no case failed or errored, 1 otherwise, 2 for a usage error.
+Exit status: 0 when no case failed or errored, 1 otherwise, 2 for a usage error (a bad
+option, a ``--dump`` call or ``--shapes`` that does not describe a call, a path that does
+not exist). A bad case file is never a usage error: it is an INVALID case naming it, and the
+others run. ``--dump`` writes only shapes: huge ones are written without allocating them;
+dims must be 1 to 2**31 - 1, and a call whose output shape would not be positive is refused.
+Errors are one line on standard error, never a traceback.
 """
 
 from __future__ import annotations
@@ -210,7 +215,8 @@ def dump_call(call: str, shapes: Sequence[str], dt: Optional[str]) -> str:
     from onednn_convt.dtypes import FLOAT_DTYPES, SHAPE_DTYPE
     from onednn_convt.post_ops import INT8_DTYPES
 
-    from .graph_json import to_graph_json
+    from ..limits import INT32_MAX
+    from .graph_json import MAX_NDIMS, short, to_graph_json
 
     name, kwargs = parse_call(call)
     code = dt or "f32"
@@ -240,13 +246,23 @@ def dump_call(call: str, shapes: Sequence[str], dt: Optional[str]) -> str:
             dims = [int(d) for d in dims_text.split("x")]
         except ValueError:
             raise ValueError(
-                f"--shapes: {text!r} expected AxBxC, DT:AxBxC (DT one of {', '.join(SHAPE_CODES)}) or ws:AxBxC"
+                f"--shapes: {short(text)} expected AxBxC, DT:AxBxC (DT one of {', '.join(SHAPE_CODES)}) or ws:AxBxC"
             ) from None
+        if len(dims) > MAX_NDIMS or not all(1 <= d <= INT32_MAX for d in dims):
+            raise ValueError(
+                f"--shapes: {short(text)} expected at most {MAX_NDIMS} dims, each from 1 to 2**31 - 1 "
+                "(oneDNN's 32-bit shapes)"
+            )
         if ws:
             arrays.append(np.asarray(dims, SHAPE_DTYPE))
             continue
         c = given or (defaults[i] if i < len(defaults) else code)
-        arrays.append(np.zeros(dims, dtypes[c]))
+        # only the shape, dtype and memory order are written: a view of one element
+        # stands for the array (dense strides), whatever its size
+        try:
+            arrays.append(np.broadcast_to(np.zeros((), dtypes[c]), dims))
+        except ValueError as e:  # more elements than NumPy indexes
+            raise ValueError(f"--shapes: {short(text)}: too large to describe ({e})") from None
     return to_graph_json(op, *arrays)
 
 
@@ -290,8 +306,10 @@ def run(args: argparse.Namespace) -> int:
         if args.jobs < 1:
             raise ValueError(f"--jobs: expected N >= 1, got {args.jobs}")
         cases = _select(collect(args.paths, cases_root=args.cases_root, lines=args.line), args)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"onednn-convt conformance: error: {e}", file=sys.stderr)
+    except (ValueError, TypeError, OverflowError, MemoryError, RecursionError, OSError) as e:
+        # usage errors: a bad --dump call or --shapes, a path that does not exist, an
+        # unwritable -o; never a traceback (a bad case file is a case, not an error here)
+        print(f"onednn-convt conformance: error: {_message(e)}", file=sys.stderr)
         return 2
     if args.list:
         for c in cases:
@@ -320,6 +338,16 @@ def run(args: argparse.Namespace) -> int:
         _dump_failures(args.dump_failures, [r for r in results if r.outcome == FAILED])
     counts = reporter.finish(seconds)
     return 0 if counts["failed"] == 0 and counts["errors"] == 0 else 1
+
+
+def _message(e: BaseException) -> str:
+    """One line for an error: its message, cut to a few hundred characters, or its type."""
+    from .graph_json import QUOTE_CHARS
+
+    text = str(e).strip() or type(e).__name__
+    if isinstance(e, (MemoryError, OverflowError, RecursionError)):
+        text = f"{type(e).__name__}: {text}"
+    return text if len(text) <= 4 * QUOTE_CHARS else text[: 4 * QUOTE_CHARS] + "..."
 
 
 def _dump_failures(directory: str, failed: Sequence[Any]) -> None:

@@ -25,6 +25,10 @@ made non-zero and positive so that no tensor is all zeros.
 Each tensor's values come from a NumPy generator seeded by (role, dtype, shape): the same
 case always gets the same data.
 
+The fill draws float64 values (about 40 bytes per element at its peak): the runner fills a
+case only after its memory estimate (:func:`.runner.memory_estimate`, which counts these
+draws) is under the memory limit, and only cases whose ranks and dtypes were checked.
+
 Pattern cases (a ConvTranspose with post-ops, or int8) are filled by :func:`pattern_plan`;
 its docstring says how (these ranges are ours, chosen so that results are exact and not all
 saturated, not benchdnn's).

@@ -22,17 +22,39 @@ collected so far. Supported:
 Sweeps combine as nested loops: ``--dt``, then ``--mb``, ``--in-shapes``, ``--op-attrs``.
 An unknown option or a value that does not parse makes each following ``--case=`` (up to the
 next ``--reset``) an INVALID case that says which token was wrong.
+
+Hostile files: a harness file that is not a regular UTF-8 file of at most
+:data:`MAX_HARNESS_BYTES` is one INVALID case naming it. A ``--batch`` file that cannot be
+read, that is already being read (a file including itself, directly or through others:
+the message gives the include chain) or that nests more than :data:`MAX_BATCH_DEPTH` deep is
+an INVALID case at the ``--batch`` (the rest of the file is read). The expansion is bounded
+by the :class:`~.cases.Budget` shared by one collect: cases, harness files read, and work
+(the characters of the case lines and the entries of the graphs they check); a sweep whose
+product is over what is left is refused before it is expanded. When the budget runs out,
+reading stops with an INVALID case naming the file and the line.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from .cases import INVALID, Case, Overrides, _Loader, build_case
+from .cases import (
+    INVALID,
+    MAX_CASES,
+    MAX_HARNESS_FILES,
+    MAX_WORK,
+    Budget,
+    Case,
+    Overrides,
+    _Loader,
+    build_case,
+)
+from .graph_json import Graph, plain, read_text, short
 
 #: dtypes ``--dt`` accepts (those of the graph format; the case check refuses non-float ones).
 DT_NAMES = ("f32", "bf16", "f16", "s32", "s8", "u8", "f64", "boolean")
@@ -62,8 +84,24 @@ IGNORED_PREFIXES = (
 )
 
 
+#: Most bytes of a harness file (benchdnn's are a few KiB).
+MAX_HARNESS_BYTES = 1 << 20
+#: Deepest chain of ``--batch`` files being read at once.
+MAX_BATCH_DEPTH = 16
+
+
 class HarnessSyntaxError(ValueError):
     """An option value that does not parse."""
+
+
+class _Exhausted(Exception):
+    """The run's case or file budget (:class:`~.cases.Budget`) is spent: reading stops at
+    ``where`` (file:line) for ``reason``."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(reason)
+        self.where = where
+        self.reason = reason
 
 
 # -- option values ----------------------------------------------------------------------------
@@ -73,7 +111,7 @@ def _int(text: str, what: str, minimum: int = 0) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise HarnessSyntaxError(f"{what}: expected an integer, got {text!r}") from None
+        raise HarnessSyntaxError(f"{what}: expected an integer, got {short(text)}") from None
     if value < minimum:
         raise HarnessSyntaxError(f"{what}: expected an integer >= {minimum}, got {value}")
     return value
@@ -94,8 +132,8 @@ def parse_in_shapes(text: str) -> tuple[tuple[int, Optional[tuple[int, ...]], Op
     for entry in text.split("+"):
         tid_text, sep, spec = entry.partition(":")
         if not sep or not spec:
-            raise HarnessSyntaxError(f"--in-shapes: entry {entry!r} expected ID:SHAPE")
-        tid = _int(tid_text, f"--in-shapes entry {entry!r}: tensor id")
+            raise HarnessSyntaxError(f"--in-shapes: entry {short(entry)} expected ID:SHAPE")
+        tid = _int(tid_text, f"--in-shapes entry {short(entry)}: tensor id")
         shape_text, _, tag = spec.partition("*")
         shape: Optional[tuple[int, ...]]
         if shape_text == "-":
@@ -104,11 +142,11 @@ def parse_in_shapes(text: str) -> tuple[tuple[int, Optional[tuple[int, ...]], Op
             shape, tag = None, shape_text
         else:
             shape = tuple(
-                _int(d, f"--in-shapes entry {entry!r}: dim") for d in shape_text.split("x")
+                _int(d, f"--in-shapes entry {short(entry)}: dim") for d in shape_text.split("x")
             )
         if tag and not tag.isalpha():
             raise HarnessSyntaxError(
-                f"--in-shapes: entry {entry!r}: tag {tag!r} expected letters (e.g. acdb)"
+                f"--in-shapes: entry {short(entry)}: tag {short(tag)} expected letters (e.g. acdb)"
             )
         entries.append((tid, shape, tag or None))
     return tuple(entries)
@@ -130,13 +168,15 @@ def parse_op_attrs(text: str) -> tuple[tuple[int, tuple[tuple[str, str], ...]], 
     for entry in text.split("+"):
         op_text, sep, rest = entry.partition(":")
         if not sep or not rest:
-            raise HarnessSyntaxError(f"--op-attrs: entry {entry!r} expected ID:NAME:VALUE")
-        op_id = _int(op_text, f"--op-attrs entry {entry!r}: op id")
+            raise HarnessSyntaxError(f"--op-attrs: entry {short(entry)} expected ID:NAME:VALUE")
+        op_id = _int(op_text, f"--op-attrs entry {short(entry)}: op id")
         pairs: dict[str, str] = {}
         for item in rest.split("*"):
             name, sep, value = item.partition(":")
             if not sep or not name or not value:
-                raise HarnessSyntaxError(f"--op-attrs: {item!r} in {entry!r} expected NAME:VALUE")
+                raise HarnessSyntaxError(
+                    f"--op-attrs: {short(item)} in {short(entry)} expected NAME:VALUE"
+                )
             pairs.pop(name, None)
             pairs[name] = value
         ops.append((op_id, tuple(pairs.items())))
@@ -156,7 +196,7 @@ def parse_dt(text: str) -> tuple[Optional[str], tuple[tuple[int, str], ...]]:
     def check(dt: str) -> str:
         if dt not in DT_NAMES:
             raise HarnessSyntaxError(
-                f"--dt: unknown data type {dt!r}; expected one of {', '.join(DT_NAMES)}"
+                f"--dt: unknown data type {short(dt)}; expected one of {', '.join(DT_NAMES)}"
             )
         return dt
 
@@ -165,7 +205,7 @@ def parse_dt(text: str) -> tuple[Optional[str], tuple[tuple[int, str], ...]]:
     entries = []
     for entry in text.split("+"):
         tid_text, _, dt = entry.partition(":")
-        entries.append((_int(tid_text, f"--dt entry {entry!r}: tensor id"), check(dt)))
+        entries.append((_int(tid_text, f"--dt entry {short(entry)}: tensor id"), check(dt)))
     return None, tuple(entries)
 
 
@@ -174,61 +214,94 @@ def parse_dt(text: str) -> tuple[Optional[str], tuple[tuple[int, str], ...]]:
 
 @dataclass
 class _State:
-    dt: list[str] = field(default_factory=lambda: [""])
-    mb: list[str] = field(default_factory=lambda: [""])
-    in_shapes: list[str] = field(default_factory=lambda: [""])
-    op_attrs: list[str] = field(default_factory=lambda: [""])
+    """The settings in force: each sweep as (text, parsed value) per element ("" = none)."""
+
+    dt: list[tuple[str, Any]] = field(default_factory=lambda: [("", (None, ()))])
+    mb: list[tuple[str, Any]] = field(default_factory=lambda: [("", 0)])
+    in_shapes: list[tuple[str, Any]] = field(default_factory=lambda: [("", ())])
+    op_attrs: list[tuple[str, Any]] = field(default_factory=lambda: [("", ())])
     extra: list[str] = field(default_factory=list)
     error: str = ""
 
 
-def _check_option(option: str, values: list[str]) -> None:
-    """Raise HarnessSyntaxError if a sweep of ``option`` does not parse."""
+_OPTION_TEXT = {"dt": "--dt", "mb": "--mb", "in_shapes": "--in-shapes", "op_attrs": "--op-attrs"}
+
+
+def _parse_option(option: str, values: list[str]) -> list[tuple[str, Any]]:
+    """Each element of a sweep of ``option`` as (its text in a case line, its value).
+
+    Raises:
+        HarnessSyntaxError: an element does not parse.
+    """
+    parsed: list[tuple[str, Any]] = []
     for v in values:
         if option == "dt":
-            if v:
-                parse_dt(v)
+            value: Any = parse_dt(v) if v else (None, ())
         elif option == "mb":
-            if v:
-                _int(v, "--mb")
+            value = _int(v, "--mb") if v else 0
         elif option == "in_shapes":
-            parse_in_shapes(v)
+            value = parse_in_shapes(v)
         else:
-            parse_op_attrs(v)
+            value = parse_op_attrs(v)
+        parsed.append((f"{_OPTION_TEXT[option]}={v}" if v else "", value))
+    return parsed
 
 
-def _overrides(dt: str, mb: str, in_shapes: str, op_attrs: str, extra: Sequence[str]) -> Overrides:
-    texts = []
-    if dt:
-        texts.append(f"--dt={dt}")
-    if mb:
-        texts.append(f"--mb={mb}")
-    if in_shapes:
-        texts.append(f"--in-shapes={in_shapes}")
-    if op_attrs:
-        texts.append(f"--op-attrs={op_attrs}")
+def _overrides(
+    dt: tuple[str, Any],
+    mb: tuple[str, Any],
+    in_shapes: tuple[str, Any],
+    op_attrs: tuple[str, Any],
+    extra: Sequence[str],
+) -> Overrides:
+    texts = [t for t, _ in (dt, mb, in_shapes, op_attrs) if t]
     texts.extend(extra)
-    dt_all, dt_ids = parse_dt(dt) if dt else (None, ())
+    dt_all, dt_ids = dt[1]
     return Overrides(
-        in_shapes=parse_in_shapes(in_shapes),
-        op_attrs=parse_op_attrs(op_attrs),
+        in_shapes=in_shapes[1],
+        op_attrs=op_attrs[1],
         dt=dt_all,
         dt_ids=dt_ids,
-        mb=int(mb) if mb else 0,
+        mb=mb[1],
         texts=tuple(texts),
     )
 
 
 class _Reader:
-    def __init__(self, cases_root: Optional[str], loader: Callable[[str], Any]) -> None:
+    def __init__(
+        self, cases_root: Optional[str], loader: Callable[[str], Any], budget: Budget
+    ) -> None:
         self.cases_root = cases_root
         self.loader = loader
+        self.budget = budget
         self.cases: list[Case] = []
         self.state = _State()
-        self.depth = 0
+        self.stack: list[str] = []  # real paths of the files being read, outermost first
         self.error_where = ""
         self.error_line = ""
         self.current_line = ""
+
+    def add(self, case: Case) -> None:
+        """Append a case, or raise _Exhausted when the run has MAX_CASES of them."""
+        if self.budget.cases <= 0:
+            raise _Exhausted(
+                case.location,
+                f"the cases expand to more than {MAX_CASES}, the most one run takes "
+                "(sweeps or --batch files that multiply them?)",
+            )
+        self.budget.cases -= 1
+        self.charge(len(case.id) + len(case.reason), case.location)
+        self.cases.append(case)
+
+    def charge(self, units: int, where: str) -> None:
+        """Spend ``units`` of the work budget, or raise _Exhausted."""
+        self.budget.work -= units
+        if self.budget.work < 0:
+            raise _Exhausted(
+                where,
+                f"the cases' lines and graphs add up to more than {MAX_WORK} characters and "
+                "entries, the most one run reads (huge sweeps or overrides?)",
+            )
 
     def resolve(self, case_path: str, base_dir: str) -> tuple[str, str, list[str]]:
         """(full path or '', root it was found under, directories tried)."""
@@ -252,26 +325,30 @@ class _Reader:
         st = self.state
         if st.error:  # the line with the error, so that the repro shows it again
             line = self.error_line
-            if f"--case={case_path}" not in shlex.split(line, comments=True):
+            if not re.search(f"--case={re.escape(case_path)}(?:\\s|#|$)", line):
                 line = f"{line} --case={case_path}"
-            self.cases.append(
-                Case(id=line, location=where, root=base_dir, status=INVALID, reason=st.error)
-            )
+            self.add(Case(id=line, location=where, root=base_dir, status=INVALID, reason=st.error))
             self.error_where = ""
             return
         full, root, tried = self.resolve(case_path, base_dir)
+        if len(st.dt) * len(st.mb) * len(st.in_shapes) * len(st.op_attrs) > self.budget.cases:
+            raise _Exhausted(
+                where,
+                f"the sweeps of --case={short(case_path)} expand to {len(st.dt)} x {len(st.mb)} x "
+                f"{len(st.in_shapes)} x {len(st.op_attrs)} cases, more than the run may still take "
+                f"(at most {MAX_CASES} in all)",
+            )
         for dt, mb, shp, att in itertools.product(st.dt, st.mb, st.in_shapes, st.op_attrs):
             ov = _overrides(dt, mb, shp, att, st.extra)
             line = " ".join(["--reset", *ov.texts, f"--case={case_path}"])
             if not full:
-                reason = f"case file {case_path!r} not found (looked under {', '.join(map(repr, tried))})"
-                self.cases.append(
-                    Case(id=line, location=where, root=root, status=INVALID, reason=reason)
-                )
+                reason = f"case file {short(case_path)} not found (looked under {', '.join(map(short, tried))})"
+                self.add(Case(id=line, location=where, root=root, status=INVALID, reason=reason))
                 continue
-            self.cases.append(
-                build_case(self.loader(full), ov, id=line, location=where, root=root, path=full)
-            )
+            graph = self.loader(full)
+            entries = graph.entries() if isinstance(graph, Graph) else 0
+            self.charge(len(line) + entries, where)  # before the work of checking it
+            self.add(build_case(graph, ov, id=line, location=where, root=root, path=full))
 
     def token(self, tok: str, where: str, base_dir: str) -> None:
         st = self.state
@@ -284,11 +361,11 @@ class _Reader:
         elif option in sweeps and eq:
             values = value.split(",")
             try:
-                _check_option(sweeps[option], values)
+                parsed = _parse_option(sweeps[option], values)
             except HarnessSyntaxError as e:
                 self.fail(f"{where}: {e}", where)
                 return
-            setattr(st, sweeps[option], values)
+            setattr(st, sweeps[option], parsed)
         elif option == "--batch" and eq:
             self.batch(value, where, base_dir)
         elif (
@@ -299,22 +376,63 @@ class _Reader:
             if tok != "--graph":
                 st.extra.append(tok)
         else:
-            self.fail(f"{where}: unknown option {tok!r}", where)
+            self.fail(f"{where}: unknown option {short(tok)}", where)
 
     def fail(self, reason: str, where: str) -> None:
         if not self.state.error:
             self.state.error, self.error_where = reason, where
-            self.error_line = self.current_line.split("#", 1)[0].strip()
+            self.error_line = self.line()
+
+    def line(self) -> str:
+        """The line being read, without its comment (the id of a case it makes)."""
+        return self.current_line.split("#", 1)[0].strip()
 
     def batch(self, path: str, where: str, base_dir: str) -> None:
+        """Read ``--batch=path``, or add an INVALID case naming the file and why not."""
         full = path if os.path.isabs(path) else os.path.join(base_dir, path)
-        if self.depth >= 16 or not os.path.isfile(full):
-            self.fail(f"{where}: --batch file {path!r} not found or nested too deep", where)
+        try:
+            real = os.path.realpath(full)
+        except ValueError:  # an embedded NUL: read_text says why
+            real = full
+        reason = ""
+        if real in self.stack:
+            chain = " -> ".join(plain(p) for p in [*self.stack[self.stack.index(real) :], real])
+            reason = (
+                f"--batch={plain(path)}: {plain(full)} is already being read (include chain: "
+                f"{chain}); a file may not include itself, directly or through others"
+            )
+        elif len(self.stack) >= MAX_BATCH_DEPTH:
+            reason = f"--batch={plain(path)}: --batch files nest more than {MAX_BATCH_DEPTH} deep"
+        elif self.budget.files <= 0:
+            raise _Exhausted(
+                where,
+                f"--batch={plain(path)}: the harness files include more than {MAX_HARNESS_FILES} "
+                "files, the most one run reads",
+            )
+        else:
+            try:
+                text = read_text(full, MAX_HARNESS_BYTES)
+            except ValueError as e:  # FileTooLarge too: a harness file is small
+                reason = f"--batch={plain(path)}: {e}"
+        if reason:
+            self.add(
+                Case(
+                    id=self.line(),
+                    location=where,
+                    root=base_dir,
+                    status=INVALID,
+                    reason=f"{where}: {reason}",
+                )
+            )
             return
-        self.depth += 1
-        with open(full, encoding="utf-8") as f:
-            self.lines(f.read(), full, os.path.dirname(full))
-        self.depth -= 1
+        self.budget.files -= 1
+        line = self.current_line
+        self.stack.append(real)
+        try:
+            self.lines(text, full, os.path.dirname(full))
+        finally:
+            self.stack.pop()
+            self.current_line = line
 
     def lines(self, text: str, shown: str, base_dir: str) -> None:
         for lineno, line in enumerate(text.splitlines(), 1):
@@ -341,6 +459,24 @@ class _Reader:
             )
         return self.cases
 
+    def read(self, text: str, shown: str, base_dir: str) -> list[Case]:
+        """The cases of ``text``; when the budget runs out, the last case is INVALID and
+        says where reading stopped."""
+        try:
+            self.lines(text, shown, base_dir)
+        except _Exhausted as e:
+            self.cases.append(
+                Case(
+                    id=self.line(),
+                    location=e.where,
+                    root=base_dir,
+                    status=INVALID,
+                    reason=f"{e.where}: reading {shown} stopped here: {e.reason}",
+                )
+            )
+            return self.cases
+        return self.finish(base_dir)
+
 
 def parse_harness(
     path: str,
@@ -348,6 +484,7 @@ def parse_harness(
     cases_root: Optional[str] = None,
     loader: Optional[Callable[[str], Any]] = None,
     shown: Optional[str] = None,
+    budget: Optional[Budget] = None,
 ) -> list[Case]:
     """The cases of a harness file.
 
@@ -357,14 +494,27 @@ def parse_harness(
         loader: reads a graph JSON path (returns a Graph or the GraphJSONError); default:
             a new cache.
         shown: the name used in locations (default: ``path``).
+        budget: the cases and harness files the run may still read (shared by the files of
+            one :func:`~.cases.collect`; default: a new one).
+
+    A file that cannot be read (not a regular file, not UTF-8, more than
+    :data:`MAX_HARNESS_BYTES`) is one INVALID case naming it; so is a ``--batch`` file that
+    cannot, or that is already being read (a file including itself, directly or not). When
+    the budget runs out (:data:`~.cases.MAX_CASES` cases, :data:`~.cases.MAX_HARNESS_FILES`
+    files) reading stops with an INVALID case saying where.
     """
-    reader = _Reader(cases_root, loader or _Loader())
+    budget = budget if budget is not None else Budget()
+    where = shown or path
     base = os.path.dirname(path) or "."
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        where = shown or path
+        if budget.files <= 0:
+            raise ValueError(
+                f"{where}: not read: the run already read {MAX_HARNESS_FILES} harness files"
+            )
+        budget.files -= 1
+        text = read_text(path, MAX_HARNESS_BYTES)
+    except ValueError as e:
+        budget.cases -= 1
         return [
             Case(
                 id=f"# {where}",
@@ -374,8 +524,9 @@ def parse_harness(
                 reason=f"cannot read harness file: {e}",
             )
         ]
-    reader.lines(text, shown or path, base)
-    return reader.finish(base)
+    reader = _Reader(cases_root, loader or _Loader(), budget)
+    reader.stack.append(os.path.realpath(path))
+    return reader.read(text, where, base)
 
 
 def parse_text(
@@ -385,8 +536,8 @@ def parse_text(
     base_dir: str = ".",
     cases_root: Optional[str] = None,
     loader: Optional[Callable[[str], Any]] = None,
+    budget: Optional[Budget] = None,
 ) -> list[Case]:
     """The cases of harness text given directly (``--line``), relative to ``base_dir``."""
-    reader = _Reader(cases_root, loader or _Loader())
-    reader.lines(text, name, base_dir)
-    return reader.finish(base_dir)
+    reader = _Reader(cases_root, loader or _Loader(), budget if budget is not None else Budget())
+    return reader.read(text, name, base_dir)

@@ -17,8 +17,14 @@ last and only in int8 graphs.
 Anything else is a valid graph this runner does not cover (``SKIPPED``, the reason says which
 op breaks the chain): another op kind, a branch, an op outside the chain, a Subtract or Divide
 with the chain on input 1 (the package's post-ops compute ``chain - other``, not
-``other - chain``), more than three post-ops, an int8 graph whose intermediates are not f32.
-Malformed attributes, dtypes or shapes are ``INVALID``, as for single ops.
+``other - chain``), more than three post-ops (more than :data:`MAX_OPS` ops), an int8 graph
+whose intermediates are bf16 or f16. Malformed attributes, dtypes or shapes are ``INVALID``,
+as for single ops, and so are malformed intermediate tensors: every tensor of the chain
+(the ConvTranspose's output, each post-op's, the Quantize's) must be declared with the
+shape the ConvTranspose gives (unknown dims are inferred) and a dtype the op gives (float;
+the Quantize's u8/s8), and a Dequantize's output f32 with its input's shape. (Cycles, and
+one tensor id declared as two tensors, are refused when the file is read:
+:func:`.graph_json.check_tensors`.)
 
 ``--in-shapes`` sets the shape of any graph input by tensor id; ``--op-attrs`` sets the
 attributes of any op by op id (ConvTranspose geometry, Dequantize/Quantize ``scales``,
@@ -33,7 +39,6 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..post_ops import INT8_DTYPES, MAX_CHAIN, POST_OPS, Dequantize, PostOp, Quantize
-from . import graph_json
 from .cases import (
     FLOAT_CODES,
     INVALID,
@@ -43,13 +48,15 @@ from .cases import (
     Overrides,
     TensorSpec,
     _check_attrs,
-    _parse_value,
+    _checked_value,
     apply_in_shapes,
+    check_ranks,
     expected_output_shape,
     op_keywords,
+    shape_differs,
     stride_order,
 )
-from .graph_json import CONVT_KINDS, GRAPH_OP_KINDS, Attr, Graph, GraphOp, LogicalTensor
+from .graph_json import CONVT_KINDS, GRAPH_OP_KINDS, Attr, Graph, GraphOp, LogicalTensor, short
 
 #: Binary kinds whose inputs can be swapped (the chain may come on input 1).
 COMMUTATIVE = ("Add", "Multiply", "Maximum", "Minimum")
@@ -116,9 +123,9 @@ def _apply_op_attrs(ops: dict[int, GraphOp], ov: Overrides) -> None:
         for name, text in pairs:
             if name not in op.attrs:
                 raise _invalid(
-                    f"--op-attrs: no attribute '{name}' in op {op.id} ({op.kind}); an override must name an attribute the JSON op has"
+                    f"--op-attrs: no attribute {short(name)} in op {op.id} ({op.kind}); an override must name an attribute the JSON op has"
                 )
-            op.attrs[name] = Attr(op.attrs[name].type, _parse_value(op.attrs[name], text, name))
+            op.attrs[name] = Attr(op.attrs[name].type, _checked_value(op.attrs[name], text, name))
 
 
 def _quantization(op: GraphOp, cls: type[Dequantize], **extra: Any) -> Any:
@@ -127,10 +134,10 @@ def _quantization(op: GraphOp, cls: type[Dequantize], **extra: Any) -> Any:
     for name, attr in op.attrs.items():
         want = QUANT_ATTRS.get(name)
         if want is None:
-            raise _invalid(f"op {op.id} ({op.kind}): unknown attribute '{name}'")
+            raise _invalid(f"op {op.id} ({op.kind}): unknown attribute {short(name)}")
         if attr.type != want:
             raise _invalid(
-                f"op {op.id} ({op.kind}): attribute '{name}' expected type {want}, got {attr.type}"
+                f"op {op.id} ({op.kind}): attribute {short(name)} expected type {want}, got {attr.type}"
             )
         values[name] = attr.value
     if "scales" not in values:
@@ -150,13 +157,13 @@ def _post_op(op: GraphOp) -> tuple[PostOp, bool]:
         if spec.is_binary and name == "auto_broadcast":
             if attr.type != "string" or attr.value not in ("numpy", "none"):
                 raise _invalid(
-                    f"op {op.id} ({op.kind}): auto_broadcast expected 'numpy' or 'none', got {attr.value!r}"
+                    f"op {op.id} ({op.kind}): auto_broadcast expected 'numpy' or 'none', got {short(attr.value)}"
                 )
             strict_shapes = attr.value == "none"
             continue
         if attr.type != "f32":
             raise _invalid(
-                f"op {op.id} ({op.kind}): attribute '{name}' expected type f32, got {attr.type}"
+                f"op {op.id} ({op.kind}): attribute {short(name)} expected type f32, got {attr.type}"
             )
         attrs[name] = float(attr.value)
     try:
@@ -184,16 +191,26 @@ def build(case: Case, graph: Graph, ov: Overrides) -> None:
         _build(case, graph, ov)
     except CaseError as e:
         if e.status == SKIPPED:
-            kinds = ", ".join(op.kind for op in graph.ops)
-            raise _skip(f"the graph has {len(graph.ops)} ops ({kinds}): {e.reason}") from None
+            kinds = ", ".join(op.kind for op in graph.ops[:MAX_OPS])
+            more = ", ..." if len(graph.ops) > MAX_OPS else ""
+            raise _skip(f"the graph has {len(graph.ops)} ops ({kinds}{more}): {e.reason}") from None
         raise
 
 
+#: Most ops of a pattern: two Dequantize, the ConvTranspose, a BiasAdd, MAX_CHAIN post-ops
+#: each with the Dequantize of its tensor, a Quantize.
+MAX_OPS = 4 + 2 * MAX_CHAIN + 1
+
+
 def _build(case: Case, graph: Graph, ov: Overrides) -> None:
-    copy = graph_json.parse_graph(graph.to_json())  # a copy the overrides can change
-    for op in copy.ops:
+    for op in graph.ops:
         if op.kind not in GRAPH_OP_KINDS:
-            raise _invalid(f"unknown op kind {op.kind!r} in op {op.id} (not a oneDNN Graph op)")
+            raise _invalid(
+                f"unknown op kind {short(op.kind)} in op {op.id} (not a oneDNN Graph op)"
+            )
+    if len(graph.ops) > MAX_OPS:
+        raise _skip(f"a pattern has at most {MAX_OPS} ops")
+    copy = Graph([op.copy() for op in graph.ops])  # a copy the overrides can change
     ops = {op.id: op for op in copy.ops}
     convs = [op for op in copy.ops if op.kind in CONVT_KINDS]
     if [op.kind for op in convs] != ["ConvTranspose"]:
@@ -206,15 +223,13 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     _apply_op_attrs(ops, ov)
     _check_attrs(conv)
 
+    # (graph_json checked that a tensor has one producer and that there is no cycle)
     producer: dict[int, GraphOp] = {}
     consumers: dict[int, list[tuple[GraphOp, int]]] = {}
-    twice: list[str] = []  # reported once the graph is known to be a chain
     for op in copy.ops:
         if len(op.outputs) != 1:
             raise _invalid(f"op {op.id} ({op.kind}) expected 1 output, got {len(op.outputs)}")
         tid = op.outputs[0].id
-        if tid in producer:
-            twice.append(f"tensor {tid} is the output of ops {producer[tid].id} and {op.id}")
         producer[tid] = op
         for i, t in enumerate(op.inputs):
             consumers.setdefault(t.id, []).append((op, i))
@@ -262,6 +277,7 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     quantize: Optional[GraphOp] = None
     bias_add = False
     chain_tensors = [conv.outputs[0]]
+    chain_ops = [conv]
     cur = conv.outputs[0]
     while True:
         users = consumers.get(cur.id, [])
@@ -273,6 +289,10 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
                 f"tensor {cur.id} feeds {len(users)} ops ({names}); a pattern is a single chain"
             )
         nxt, index = users[0]
+        if nxt.id in used:  # a cycle (graph_json rejects them; never loop on one)
+            raise _invalid(
+                f"op {nxt.id} ({nxt.kind}) comes twice in the chain: the graph has a cycle"
+            )
         used.add(nxt.id)
         if quantize is not None:
             raise _skip(f"op {nxt.id} ({nxt.kind}) follows the Quantize; Quantize ends a pattern")
@@ -337,12 +357,11 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
         chain_kinds.append(nxt.kind)
         cur = nxt.outputs[0]
         chain_tensors.append(cur)
+        chain_ops.append(nxt)
     unused = [op for op in copy.ops if op.id not in used]
     if unused:
         names = ", ".join(f"{op.id} ({op.kind})" for op in unused)
         raise _skip(f"op(s) {names} are not part of the ConvTranspose's chain")
-    if twice:
-        raise _invalid(twice[0])
     if len(post_ops) > MAX_CHAIN:
         raise _skip(
             f"{len(post_ops)} post-ops; oneDNN 3.2 fuses at most {MAX_CHAIN} after a ConvTranspose"
@@ -399,6 +418,10 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     _check_dtypes(int8, inputs, chain_tensors, dtype, quantize)
     if quantize is not None:
         dst_q = _quantization(quantize, Quantize, dtype=dtype[final.id])
+    by_role = {"src": shape[src.tensor.id], "weights": shape[weights.tensor.id]}
+    if bias is not None:
+        by_role["bias"] = shape[bias.tensor.id]
+    check_ranks(conv.kind, by_role)
 
     # the ConvTranspose's keywords and the output shape
     attrs = op_keywords(conv, len(shape[src.tensor.id]) - 2)
@@ -406,7 +429,7 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
         out_shape: Optional[tuple[int, ...]] = expected_output_shape(
             conv.kind, attrs, [tuple(shape[src.tensor.id]), tuple(shape[weights.tensor.id])]
         )
-    except (ValueError, IndexError, TypeError):
+    except (ValueError, IndexError, TypeError, ArithmeticError):  # e.g. a stride of 0
         out_shape = None  # the call reports why
     if out_shape is not None and min(out_shape, default=0) < 1:
         out_shape = None
@@ -423,10 +446,24 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
                     f"{operand.role} has shape {list(got)}, which does not broadcast to the chain's shape {list(out_shape)} "
                     "(a post-op's tensor must not change dst's shape)"
                 )
-        if not ov.reshapes and final.known_shape and tuple(final.shape) != out_shape:
-            raise _invalid(
-                f"output {final.id} has shape {list(final.shape)} in the JSON; the inputs and attributes give {list(out_shape)}"
-            )
+        for t, maker in zip(chain_tensors if not ov.reshapes else [], chain_ops):
+            if shape_differs(t.shape, out_shape):
+                what = (
+                    f"output {t.id}"
+                    if t is final
+                    else f"tensor {t.id} (the output of op {maker.id}, {maker.kind})"
+                )
+                raise _invalid(
+                    f"{what} has shape {list(t.shape)} in the JSON; the inputs and attributes give {list(out_shape)}"
+                )
+    if not ov.reshapes:
+        for given in inputs:
+            deq = given.dequantize
+            if deq is not None and shape_differs(deq.outputs[0].shape, deq.inputs[0].shape):
+                raise _invalid(
+                    f"the Dequantize (op {deq.id}) of {given.role} has input shape {deq.inputs[0].shape} "
+                    f"and output shape {deq.outputs[0].shape} in the JSON; Dequantize keeps the shape"
+                )
     out_order: tuple[int, ...] = ()
     if out_shape is not None:
         out_order = (
@@ -486,6 +523,10 @@ def _check_dtypes(
                 raise _invalid(
                     f"{i.role} is dequantized and has dtype {dt}; Dequantize takes u8 or s8"
                 )
+            if dtype[deq_out] not in FLOAT_CODES:
+                raise _invalid(
+                    f"the Dequantize (op {i.dequantize.id}) of {i.role} gives {dtype[deq_out]}; Dequantize gives f32"
+                )
             if dtype[deq_out] != "f32":
                 raise _skip(
                     f"the Dequantize of {i.role} gives {dtype[deq_out]}; the package's int8 ops compute in f32"
@@ -496,6 +537,10 @@ def _check_dtypes(
             )
     inner = chain[:-1] if quantize is not None else chain
     for t in inner:
+        if dtype[t.id] not in FLOAT_CODES:
+            raise _invalid(
+                f"tensor {t.id} of the chain is {dtype[t.id]}; the ConvTranspose and its post-ops give f32, bf16 or f16"
+            )
         if dtype[t.id] != "f32":
             raise _skip(
                 f"tensor {t.id} of the chain is {dtype[t.id]}; the package's int8 ops compute in f32"

@@ -4,6 +4,9 @@ Counting (the summary line ``N passed, N failed, N skipped`` and, when there are
 ``, N errors``): PASSED is passed; FAILED is failed; SKIPPED and UNSUPPORTED are skipped
 (UNSUPPORTED is failed with ``fail_on_unsupported``); INVALID and ERROR are errors (a case
 that cannot be judged is never silently passed).
+
+Case lines and messages come from the files read, whatever they hold: the JUnit XML writes
+a character XML cannot hold (a control character) escaped, so the report always parses.
 """
 
 from __future__ import annotations
@@ -11,14 +14,15 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import time
 import xml.etree.ElementTree as ET
 from typing import IO, Any, Optional, Sequence
 
-from .cases import INVALID, SKIPPED
-from .runner import ERROR, FAILED, PASSED, UNSUPPORTED, Result
+from .cases import ERROR, INVALID, SKIPPED
+from .runner import FAILED, PASSED, UNSUPPORTED, Result
 
 
 def category(result: Result, fail_on_unsupported: bool = False) -> str:
@@ -220,7 +224,21 @@ def junit_xml(
             ET.SubElement(tc, "skipped", {"message": f"{r.outcome}: {first}"})
         if r.details:
             ET.SubElement(tc, "system-out").text = json.dumps(r.details)
+    for element in root.iter():  # case lines come from files: no character XML cannot hold
+        element.text = _xml_safe(element.text) if element.text else element.text
+        for key, value in element.attrib.items():
+            element.set(key, _xml_safe(value))
     return ET.ElementTree(root)
+
+
+#: Characters XML 1.0 cannot hold (control characters but tab and newlines, surrogates,
+#: U+FFFE and U+FFFF).
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_safe(text: str) -> str:
+    """``text`` with each character XML cannot hold written as ``\\xNN`` (``\\uNNNN``)."""
+    return _NOT_XML.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def write_junit(path: str, results: Sequence[Result], seconds: float, **kwargs: Any) -> None:

@@ -15,11 +15,31 @@ Outcomes:
   on a case the spec allows, or accepted a case the reference rejects.
 - ``UNSUPPORTED``: the library has no kernel for the dtype on this CPU and emulation is off
   (``strict_dtypes``: the op is built with ``strict=True`` and raises UnsupportedError).
-- ``INVALID``: the case is malformed or violates the spec; the reason is the runner's or the
-  op's ValueError/TypeError message.
+- ``INVALID``: the case is malformed or violates the spec (the reason names the file and
+  what is wrong: the runner's, or the op's ValueError/TypeError message), or its sizes are
+  absurd (a dim of 2**31 or more, or more memory than any process can address).
 - ``SKIPPED``: a valid graph that is neither a single ConvTranspose op nor a pattern the
-  package fuses (:mod:`onednn_convt.conformance.patterns`).
-- ``ERROR``: anything else the runner did not expect (a bug: the traceback's last line).
+  package fuses (:mod:`onednn_convt.conformance.patterns`), or a case over the memory
+  limit (the message gives the estimated sizes and the limit), or a file too large to read.
+- ``ERROR``: anything else the runner did not expect: a bug of this package (the traceback's
+  last frames). A case the library refuses is never an ERROR.
+
+The contract: a malformed input is INVALID with the file and the reason; a case the library
+refuses is SKIPPED or INVALID; no input makes the runner hang, crash or exceed the memory
+limit, and one bad case or file never stops the others (:func:`run_case` never raises;
+:func:`~.cases.collect` turns each bad file into cases).
+
+Memory: before anything of a case is allocated, :func:`memory_estimate` adds up what
+running it takes (the inputs and the output, which stay; the float64 draws of the fill,
+the NaN-filled output, the op's copies, the float64 reference and the check, which come and
+go: the peak holds the largest, :func:`peak_bytes`) and compares it with
+:func:`memory_limit`: ``onednn_convt``'s memory limit (``ONEDNN_CONVT_MEMORY_LIMIT``,
+:func:`onednn_convt.set_memory_limit`, else the memory available now), lowered to what is
+left under an address-space limit (``ulimit -v``). Over it, the case is SKIPPED with the
+sizes; over :data:`ABSURD_BYTES`, INVALID. The op applies the limit to its own allocations
+too (a MemoryError it raises is SKIPPED), and a MemoryError while the runner allocates is
+SKIPPED, never an ERROR. The estimate is a guard against the impossible, not an exact
+budget (measured: about 1.5 times the peak of a forward case).
 
 Criteria (the same for every op): the reference is computed in float64 from the very values
 the op received (the inputs after conversion to the case's dtype) and rounded once, to
@@ -60,6 +80,7 @@ where it does not, which is judged the same way (the result is what the package 
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -67,12 +88,11 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from .cases import INVALID, SKIPPED, Case
+from .cases import ERROR, INVALID, SKIPPED, Case
 
 PASSED = "PASSED"
 FAILED = "FAILED"
 UNSUPPORTED = "UNSUPPORTED"
-ERROR = "ERROR"
 OUTCOMES = (PASSED, FAILED, UNSUPPORTED, INVALID, SKIPPED, ERROR)
 
 
@@ -201,13 +221,184 @@ def _call_failed(case: Case, e: Exception) -> Result:
         return Result(case, UNSUPPORTED, str(e))
     if isinstance(e, OneDNNError):
         return Result(case, FAILED, f"the library refused a case the spec allows: {e}")
+    if isinstance(e, MemoryError):  # the op's estimate is over the memory limit
+        return Result(case, SKIPPED, f"the op's allocation is over the memory limit: {e}")
     if isinstance(e, (ValueError, TypeError)):
         return Result(case, INVALID, str(e))
     return Result(case, ERROR, f"calling the op: {_last_line(e)}\n{traceback.format_exc(limit=-3)}")
 
 
+# -- memory ------------------------------------------------------------------------------------
+
+#: Estimated bytes past which a case is INVALID, not SKIPPED: more than a 64-bit process can
+#: address (the 128 TiB of x86-64's user space).
+ABSURD_BYTES = 1 << 47
+#: Bytes of the float64 draws and masks that filling one input element takes at its peak
+#: (:func:`.fill.integers` and the sign draws of :func:`.fill.make_pattern_input`).
+FILL_BYTES = 40
+#: float64 arrays of the output's size the check holds at once besides the reference's
+#: result (the rounded copy, the result widened, differences, masks).
+CHECK_OUTPUTS = 6
+
+
+def _itemsize(code: str) -> int:
+    from onednn_convt.dtypes import FLOAT_DTYPES
+    from onednn_convt.post_ops import INT8_DTYPES
+
+    dtype = FLOAT_DTYPES.get(code) or INT8_DTYPES.get(code)
+    return int(np.dtype(dtype).itemsize) if dtype is not None else 8
+
+
+def _forward_buffers(case: Case) -> tuple[int, int]:
+    """(elements of the reference's padded sum buffer, of one tap's products) of a
+    forward case (:func:`onednn_convt.reference.conv_transpose`); (0, 0) if the shapes do
+    not say (the op then refuses the case)."""
+    from .. import shapes
+
+    try:
+        by_role = {t.role: t.shape for t in case.inputs}
+        src, weights = by_role["src"], by_role["weights"]
+        assert src is not None and weights is not None
+        df = case.attrs.get("data_format") or "NXC"
+        wf = case.attrs.get("weights_format") or "XOI"
+        n, _, xs = shapes.split_activation(src, df)
+        _, o, kernel = shapes.split_weights(weights, wf)
+        oc = o * int(case.attrs.get("groups") or 1)
+
+        def dims(name: str, default: int) -> list[int]:
+            value = case.attrs.get(name)
+            value = default if value is None else value
+            values = [int(value)] * len(xs) if isinstance(value, int) else [int(v) for v in value]
+            return values if len(values) == len(xs) else [default] * len(xs)
+
+        s, d, op = dims("strides", 1), dims("dilations", 1), dims("output_padding", 0)
+        full = [
+            abs(si) * (x - 1) + abs(di) * (k - 1) + 1 + abs(pi)
+            for si, di, pi, x, k in zip(s, d, op, xs, kernel)
+        ]
+        return n * oc * math.prod(full), n * oc * math.prod(xs)
+    except (AssertionError, KeyError, IndexError, TypeError, ValueError, OverflowError):
+        return 0, 0
+
+
+def memory_estimate(case: Case, out_elements: Optional[int] = None) -> dict[str, int]:
+    """Bytes running ``case`` allocates, by purpose (the module docstring).
+
+    ``inputs`` and ``output`` stay allocated; the other entries are phases that come and go
+    (filling the inputs, the NaN-filled output, the op's own copies, the float64 reference,
+    the check), of which the peak holds the largest (:func:`peak_bytes`). The float64
+    reference holds the inputs widened and copied, its sum buffer (for a forward op, the
+    output before the pads crop it: ``N * OC * prod(s * (x - 1) + d * (k - 1) + 1 + op)``)
+    and one kernel tap's products twice, and two output-sized arrays per post-op; the check
+    holds the reference's result and :data:`CHECK_OUTPUTS` output-sized arrays.
+    ``out_elements`` gives the output's size when the case's spec does not (after the call).
+    """
+    ins = [
+        (math.prod(t.shape or ()), _itemsize(t.dtype))
+        for t in case.inputs
+        if t.role != "weights_shape"
+    ]
+    s_elems = sum(n for n, _ in ins)
+    assert case.output is not None
+    known = case.output.shape is not None
+    o_elems = math.prod(case.output.shape or ()) if known else (out_elements or 0)
+    o_size = _itemsize(case.output.dtype)
+    full, taps = _forward_buffers(case) if case.kind == "ConvTranspose" else (0, 0)
+    full = max(full, o_elems)
+    if case.kind != "ConvTranspose":
+        taps = s_elems + o_elems
+    steps = 2 + (len(case.pattern.post_ops) + 1 if case.pattern is not None else 0)
+    return {
+        "inputs": sum(n * size for n, size in ins),
+        "output": o_elems * o_size,
+        "filling the inputs": FILL_BYTES * max((n for n, _ in ins), default=0),
+        "NaN-filled output": o_elems * (8 + o_size),
+        "the op's copies": 2 * 4 * (s_elems + o_elems),
+        "float64 reference": 8 * (3 * s_elems + full + 2 * taps + steps * o_elems),
+        "check": 8 * (full + CHECK_OUTPUTS * o_elems),
+    }
+
+
+def peak_bytes(parts: dict[str, int]) -> int:
+    """The peak of :func:`memory_estimate`: what stays, plus the largest phase."""
+    stays = parts.get("inputs", 0) + parts.get("output", 0)
+    return stays + max((v for k, v in parts.items() if k not in ("inputs", "output")), default=0)
+
+
+def memory_limit() -> tuple[Optional[int], str]:
+    """(the bytes a case may allocate, where that limit comes from): ``onednn_convt``'s
+    memory limit (:func:`onednn_convt.set_memory_limit`, ``ONEDNN_CONVT_MEMORY_LIMIT``, else
+    the memory available now), lowered to what is left of the address-space limit
+    (``ulimit -v``) when there is one. (None, ...) when nothing says."""
+    from .. import limits
+
+    if getattr(limits, "_limit", None) is not None:
+        source = "ONEDNN_CONVT_MEMORY_LIMIT or onednn_convt.set_memory_limit()"
+    else:
+        source = "the memory available now"
+    limit = limits.memory_limit()
+    headroom = _address_space_left()
+    if headroom is not None and (limit is None or headroom < limit):
+        return headroom, "what is left under the address-space limit (ulimit -v)"
+    return limit, source
+
+
+def _address_space_left() -> Optional[int]:
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY or soft <= 0:
+            return None
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[0])
+        return max(0, soft - pages * resource.getpagesize())
+    except (ImportError, OSError, ValueError, IndexError):
+        return None
+
+
+def _over_limit(case: Case, out_elements: Optional[int] = None) -> Optional[Result]:
+    """SKIPPED (INVALID when absurd) if running ``case`` would allocate more than the
+    memory limit, or more than any process can; else None."""
+    from ..limits import INT32_MAX, format_bytes
+
+    tensors = [t for t in case.inputs if t.role != "weights_shape"] + [case.output]
+    for t in tensors:
+        if t is not None and t.shape and max(t.shape) > INT32_MAX:
+            return Result(
+                case,
+                INVALID,
+                f"{t.role} has shape {list(t.shape)}: a dim of 2**31 or more; oneDNN computes "
+                "shapes in 32-bit integers",
+            )
+    parts = memory_estimate(case, out_elements)
+    total = peak_bytes(parts)
+    detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v)
+    if total > ABSURD_BYTES:
+        return Result(
+            case,
+            INVALID,
+            f"running the case would allocate about {format_bytes(total)} ({detail}), more "
+            f"than a 64-bit process can address ({format_bytes(ABSURD_BYTES)})",
+            details={"estimated_bytes": total},
+        )
+    limit, source = memory_limit()
+    if limit is not None and total > limit:
+        return Result(
+            case,
+            SKIPPED,
+            f"running the case would allocate about {format_bytes(total)} ({total} bytes: "
+            f"{detail}), over the memory limit of {format_bytes(limit)} ({source})",
+            details={"estimated_bytes": total, "limit": limit},
+        )
+    return None
+
+
 def run_case(case: Case, *, strict_dtypes: bool = False) -> Result:
     """Run one case and judge it (see the module docstring for outcomes and criteria).
+
+    Never raises (but KeyboardInterrupt): running out of memory is SKIPPED, anything else
+    unexpected is ERROR with the traceback's last frames.
 
     Args:
         case: a case from :func:`onednn_convt.conformance.cases.collect`.
@@ -215,35 +406,51 @@ def run_case(case: Case, *, strict_dtypes: bool = False) -> Result:
             for is UNSUPPORTED instead of emulated.
     """
     start = time.perf_counter()
-    result = _run(case, strict_dtypes)
+    stage = ["checking the case"]
+    try:
+        result = _run(case, strict_dtypes, stage)
+    except MemoryError as e:
+        result = Result(
+            case,
+            SKIPPED,
+            f"out of memory {stage[0]} (the estimate was under the limit): {_last_line(e)}",
+        )
+    except Exception as e:  # noqa: BLE001 - reported, never raised
+        result = Result(
+            case, ERROR, f"{stage[0]}: {_last_line(e)}\n{traceback.format_exc(limit=-3)}"
+        )
     result.seconds = time.perf_counter() - start
     return result
 
 
-def _run(case: Case, strict_dtypes: bool) -> Result:
+def _run(case: Case, strict_dtypes: bool, stage: list[str]) -> Result:
     if case.status is not None:
         return Result(case, case.status, case.reason)
     if case.pattern is not None:
-        return _run_pattern(case, strict_dtypes)
+        return _run_pattern(case, strict_dtypes, stage)
     import onednn_convt
     from onednn_convt.dtypes import FLOAT_DTYPES
 
     from . import fill
 
     assert case.kind is not None and case.output is not None
+    stage[0] = "building the op"
     try:
         op = getattr(onednn_convt, case.kind)(**case.attrs, strict=strict_dtypes)
     except (ValueError, TypeError) as e:
         return Result(case, INVALID, str(e))
-    try:
-        arrays = fill.make_inputs(case)
-    except Exception as e:  # noqa: BLE001 - reported, never raised
-        return Result(case, ERROR, f"filling the inputs: {_last_line(e)}")
+    over = _over_limit(case)
+    if over is not None:
+        return over
+    stage[0] = "filling the inputs"
+    arrays = fill.make_inputs(case)
     dtype = FLOAT_DTYPES[case.output.dtype]
     out = None
     if case.output.shape is not None:
+        stage[0] = "allocating the output"
         out = fill.place(np.full(case.output.shape, np.nan), dtype, case.output.order)
     details: dict[str, Any] = {}
+    stage[0] = "calling the op"
     try:
         try:
             got = op(*arrays, out=out)
@@ -266,12 +473,18 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
         details["emulated"] = bool(getattr(plan, "emulated", False))
         lowering = getattr(plan, "lowering", None)
         details["lowering"] = getattr(lowering, "kind", None)
+    if out is None:
+        over = _over_limit(case, int(got.size))
+        if over is not None:
+            return over
+    stage[0] = "computing the reference"
     try:
         ref = _reference(case, arrays)
     except ValueError as e:
         return Result(
             case, FAILED, f"the op accepted a case the reference rejects: {e}", details=details
         )
+    stage[0] = "judging the result"
     wrong = _wrong_dtype_or_shape(case, got, ref, dtype, details)
     if wrong is not None:
         return wrong
@@ -294,7 +507,7 @@ def _run(case: Case, strict_dtypes: bool) -> Result:
 # -- pattern cases -----------------------------------------------------------------------------
 
 
-def _run_pattern(case: Case, strict_dtypes: bool) -> Result:
+def _run_pattern(case: Case, strict_dtypes: bool, stage: list[str]) -> Result:
     """Run a pattern case as one fused ConvTranspose call and judge it (module docstring)."""
     import onednn_convt
     from onednn_convt import reference
@@ -305,14 +518,16 @@ def _run_pattern(case: Case, strict_dtypes: bool) -> Result:
 
     p = case.pattern
     assert p is not None and case.output is not None
+    stage[0] = "building the op"
     try:
         op = onednn_convt.ConvTranspose(**case.attrs, **p.op_kwargs(), strict=strict_dtypes)
     except (ValueError, TypeError) as e:
         return Result(case, INVALID, str(e))
-    try:
-        arrays = fill.make_inputs(case)
-    except Exception as e:  # noqa: BLE001 - reported, never raised
-        return Result(case, ERROR, f"filling the inputs: {_last_line(e)}")
+    over = _over_limit(case)
+    if over is not None:
+        return over
+    stage[0] = "filling the inputs"
+    arrays = fill.make_inputs(case)
     by_role = {t.role: a for t, a in zip(case.inputs, arrays)}
     operands = [a for t, a in zip(case.inputs, arrays) if t.role.startswith("post_ops[")]
     src, weights, bias = by_role["src"], by_role["weights"], by_role.get("bias")
@@ -323,11 +538,13 @@ def _run_pattern(case: Case, strict_dtypes: bool) -> Result:
         return Result(case, INVALID, f"output dtype {code}: expected f32, bf16, f16, u8 or s8")
     out = None
     if case.output.shape is not None:
+        stage[0] = "allocating the output"
         # NaN marks elements the op does not write; an integer output cannot hold it
         out = fill.place(
             np.full(case.output.shape, 0.0 if int8_out else np.nan), dtype, case.output.order
         )
     details: dict[str, Any] = {}
+    stage[0] = "calling the op"
     try:
         got = op(src, weights, bias, *operands, out=out)
     except Exception as e:  # noqa: BLE001
@@ -335,6 +552,11 @@ def _run_pattern(case: Case, strict_dtypes: bool) -> Result:
     details.update(fused=op.fused, partitions=op.partitions, lowering=op.lowering)
     plan = getattr(op, "last_plan", None)
     details["emulated"] = bool(getattr(plan, "emulated", False))
+    if out is None:
+        over = _over_limit(case, int(got.size))
+        if over is not None:
+            return over
+    stage[0] = "computing the reference"
     attrs = {k: v for k, v in case.attrs.items() if v is not None}
     try:
         pre = reference.fused_conv_transpose(
@@ -353,6 +575,7 @@ def _run_pattern(case: Case, strict_dtypes: bool) -> Result:
         )
     q = p.dst_quantize
     ref = pre if q is None else reference.quantize(pre, q.scales, q.zps, q.dtype, q.qtype, q.axis)  # type: ignore[arg-type]
+    stage[0] = "judging the result"
     wrong = _wrong_dtype_or_shape(case, got, ref, dtype, details)
     if wrong is not None:
         return wrong
@@ -466,9 +689,21 @@ def _iterate(cases: Sequence[Case], jobs: int, strict: bool) -> Iterator[tuple[i
         with concurrent.futures.ProcessPoolExecutor(
             jobs, mp_context=context, initializer=_worker_init
         ) as pool:
-            futures = [pool.submit(_run_indexed, item) for item in work]
+            futures = {pool.submit(_run_indexed, item): item for item in work}
             for future in concurrent.futures.as_completed(futures):
-                yield future.result()
+                try:
+                    yield future.result()
+                except Exception as e:  # noqa: BLE001 - a worker died (a crash in the library)
+                    index, case, _ = futures[future]
+                    yield (
+                        index,
+                        Result(
+                            case,
+                            ERROR,
+                            f"the worker process running this case (or another at the same time) died: "
+                            f"{_last_line(e)}; run the case alone (-j 1, the repro command) to see",
+                        ),
+                    )
     finally:
         for k, v in saved.items():
             if v is None:
