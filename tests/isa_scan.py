@@ -1,7 +1,8 @@
 """Random differential scan over problems sized to reach oneDNN's blocked and AMX kernels.
 
 Each problem is a valid call of one op in one dtype, with 8-96 channels per group (or
-depthwise), groups, strides above the kernel, kernel 1, dilation, pads, auto_pad,
+depthwise) or, one in five, a model-sized layer (256-1024 input channels, a published
+layer's geometry, mostly with a bias), groups, strides above the kernel, kernel 1, dilation, pads, auto_pad,
 output_padding, bias, 1-D to 3-D, NCX/NXC and IOX/XOI. It is called twice and once with
 ``out=``, and every result is compared with the float64 reference on the same (rounded)
 inputs, with the tolerance every numeric test uses (:func:`helpers.tolerance`).
@@ -79,9 +80,39 @@ def _macs(cfg: Config) -> int:
     return cfg.n * math.prod(cfg.src) * cfg.ic * (cfg.oc // cfg.groups) * math.prod(cfg.kernel)
 
 
-def scan_config(rng: np.random.Generator) -> Config:
-    """A random valid configuration in the blocked-kernel range (8-96 channels per group)."""
+#: multiply-adds per problem at most for the model-sized ones (256-1024 input channels)
+MAX_MODEL_MACS = 40_000_000
+#: the up-sampling layers of published models: (kernel, stride, pads, output_padding)
+LAYERS = ((4, 2, 1, 0), (3, 2, 1, 1), (2, 2, 0, 0), (4, 4, 0, 0), (5, 2, 2, 1), (3, 1, 1, 0))
+
+
+def model_config(rng: np.random.Generator) -> Config:
+    """A model-sized layer: 256-1024 input channels, a published layer's geometry, mostly
+    with a bias (oneDNN 3.2's strided deconvolution added it once per tap on such layers on
+    AMD Zen4/Zen5, errors up to 2.3x the output's scale: the guard
+    strided_deconvolution_epilogue)."""
     pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731
+    while True:
+        rank = pick((1, 2, 2, 2, 3))
+        k, s, p, op = pick(LAYERS)
+        ic, oc = pick((256, 384, 512, 768, 1024)), pick((32, 64, 128, 256))
+        side = max(1, int((MAX_MODEL_MACS / (ic * oc * k**rank)) ** (1 / rank)))
+        src = tuple(int(rng.integers(1, min(side, 16) + 1)) for _ in range(rank))
+        cfg = Config(
+            src=src, kernel=(k,) * rank, n=pick((1, 1, 2)), ic=ic, oc=oc, strides=(s,) * rank,
+            pads_begin=(p,) * rank, pads_end=(p,) * rank, output_padding=(op,) * rank,
+            data_format=pick(("NCX", "NXC")), weights_format=pick(("IOX", "XOI")), bias=pick((True, True, False)),
+        )
+        if cfg.valid and _macs(cfg) <= MAX_MODEL_MACS:
+            return cfg
+
+
+def scan_config(rng: np.random.Generator) -> Config:
+    """A random valid configuration in the blocked-kernel range (8-96 channels per group),
+    or, one in five, a model-sized layer (:func:`model_config`)."""
+    pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731
+    if rng.random() < 0.2:
+        return model_config(rng)
     while True:
         rank = pick((1, 2, 3))
         kind = pick(("dense", "dense", "groups", "depthwise"))

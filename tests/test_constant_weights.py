@@ -41,7 +41,8 @@ CFGS = {
     "3d": CASES[CASE_IDS.index("3d_groups_nxc_xoi")],
 }
 LOWERINGS = {
-    ("ncx-iox-bias", FWD): "ConvTranspose", ("ncx-iox-bias", BWD_D): "ConvTransposeBackwardData",
+    # groups 2, stride 2, a bias: the deconvolution, then BiasAdd (guard strided_deconvolution_epilogue)
+    ("ncx-iox-bias", FWD): "ConvTranspose+BiasAdd: 2 partitions", ("ncx-iox-bias", BWD_D): "ConvTransposeBackwardData",
     ("nxc-xoi", FWD): "ConvolutionBackwardData", ("nxc-xoi", BWD_D): "Convolution",
     ("depthwise", FWD): "Convolution", ("matmul", FWD): "MatMul", ("matmul", BWD_D): "MatMul",
 }

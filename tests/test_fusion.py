@@ -17,6 +17,16 @@ from helpers import EPS, tolerance
 
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 ATTRS = dict(strides=2, pads_begin=1, pads_end=1, output_padding=1)
+#: a stride-1 geometry: the library fuses the chain into its deconvolution there
+STRIDE1 = dict(strides=1, pads_begin=1, pads_end=1)
+#: the guard that keeps a bias and post-ops out of the library's strided deconvolution
+STAGED = "strided_deconvolution_epilogue"
+
+
+def assert_staged(op: Any) -> None:
+    """The op ran as its own partition, then the bias and post-ops in more (the guard)."""
+    assert op.guard == STAGED and op.fused is False and op.partitions >= 2, op.lowering
+    assert f"partitions (the ConvTranspose as ConvolutionBackwardData, then the rest: {STAGED})" in op.lowering
 UNARY_ATTRS: dict[str, dict[str, float]] = {
     "Clamp": {"min": -0.5, "max": 0.75}, "Elu": {"alpha": 0.7}, "LeakyReLU": {"alpha": 0.1},
     "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "SoftPlus": {"beta": 1.5},
@@ -89,16 +99,23 @@ def chain_for(kind: str) -> tuple[list[PostOp], Callable[[tuple[int, ...], str],
 
 @pytest.mark.parametrize("kind", sorted(POST_OPS))
 @pytest.mark.parametrize("data_format", ["NCX", "NXC"])
-def test_each_post_op_fuses_and_matches_the_reference(kind: str, data_format: str) -> None:
+@pytest.mark.parametrize("geometry", ["stride 1", "stride 2"])
+def test_each_post_op_fuses_and_matches_the_reference(kind: str, data_format: str, geometry: str) -> None:
+    """Each post-op fuses into the library's deconvolution at stride 1; at stride 2 the
+    guard runs it after the op, in a partition of its own. Right either way."""
+    attrs = STRIDE1 if geometry == "stride 1" else ATTRS
     src, w, b = inputs(data_format, "f32")
     chain, make = chain_for(kind)
-    op = oc.ConvTranspose(**ATTRS, **formats(data_format), post_ops=chain)
-    shape = reference.conv_transpose(src, w, **ATTRS, **formats(data_format)).shape
+    op = oc.ConvTranspose(**attrs, **formats(data_format), post_ops=chain)
+    shape = reference.conv_transpose(src, w, **attrs, **formats(data_format)).shape
     operands = make(shape, "f32")
     got = op(src, w, b, *operands)
-    assert op.fused is True and op.partitions == 1, op.lowering
-    assert "1 fused partition" in (op.lowering or "")
-    check(got, src, w, b, operands, chain, "f32", **ATTRS, **formats(data_format))
+    if geometry == "stride 1":
+        assert op.fused is True and op.partitions == 1, op.lowering
+        assert "1 fused partition" in (op.lowering or "")
+    else:
+        assert_staged(op)
+    check(got, src, w, b, operands, chain, "f32", **attrs, **formats(data_format))
 
 
 @pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
@@ -115,7 +132,7 @@ def test_three_post_op_chain_with_broadcasts(code: str, data_format: str) -> Non
     op = oc.ConvTranspose(**ATTRS, **fmt, post_ops=chain)
     got = op(src, w, b, *operands)
     assert got.dtype == DTYPES[code] and got.shape == shape
-    assert op.partitions == 1
+    assert_staged(op)
     check(got, src, w, b, operands, chain, code, **ATTRS, **fmt)
     again = op(src, w, b, *operands)  # the signature's compiled plan (C++ fast path)
     np.testing.assert_array_equal(np.asarray(again, np.float64), np.asarray(got, np.float64))
@@ -171,13 +188,15 @@ def test_out_may_be_a_post_op_tensor(code: str, data_format: str, chain: list[st
         before = [x.copy() for x in operands]
         target = operands[round_ % len(operands)]
         got = op(src, w, b, *operands, out=target)
-        assert got is target and op.fused is True
+        assert got is target
+        assert_staged(op)
         check(got, src, w, b, before, ops, code, **ATTRS, **fmt)
 
 
 def test_out_in_place_saves_the_library_copy_where_it_can() -> None:
     """The library reads a fused Add's full-shape tensor from dst's memory in NXC f32 (its
-    in-place "sum"); our in-place call hands it the tensor as dst, uncopied."""
+    in-place "sum"); our in-place call hands it the tensor as dst, uncopied (here the
+    partition after the op, under the stride guard: the op's result goes elsewhere first)."""
     src, w, b = inputs("NXC", "f32")
     op = oc.ConvTranspose(**ATTRS, post_ops=["Add"])
     shape = reference.conv_transpose(src, w, **ATTRS).shape
@@ -385,9 +404,9 @@ def test_guarded_low_precision_runs_the_graph_in_f32(code: str) -> None:
     op = oc.ConvTranspose(strides=3, post_ops=chain)  # stride > kernel: the taps do not tile dst
     got = op(src, w)
     check(got, src, w, None, [], chain, code, strides=3)
-    assert op.fused is True
     guarded = oc.guards.active(oc.guards.AMX_STRIDE_NOT_BELOW_KERNEL, code)
-    assert (op.guard is not None) == guarded
+    assert op.guard == ("amx_stride_not_below_kernel" if guarded else STAGED)
+    assert op.fused is False and op.partitions == 2  # the stride guard: the op, then Sigmoid
     if guarded:
         assert "(f32 emulation)" in (op.lowering or "")
     # the second call runs the C++ executor, which converts to f32 staging memory when emulated
@@ -448,8 +467,11 @@ def test_tiles_matmul_heads_the_graph_where_its_kernels_take_the_chain(
     got = op(src, w, b, *tensors)
     check(got, src, w, b, tensors, posts, code, strides=2)
     matmul = guards.dispatch_isa() in fusion.MATMUL_POST_OPS_ISAS.get(code, ()) and "channel" not in operands
-    assert op.fused is True and op.partitions == 1
-    assert (op.lowering or "").startswith("MatMul+" if matmul else "ConvTranspose+"), op.lowering
+    if matmul:
+        assert op.fused is True and op.partitions == 1
+    else:  # the ConvTranspose, strided: the guard runs the post-ops after it
+        assert_staged(op)
+    assert (op.lowering or "").startswith("MatMul+" if matmul else "ConvolutionBackwardData+"), op.lowering
     if matmul:
         assert "(the ConvTranspose as a MatMul over the taps)" in (op.lowering or "")
         assert "emulation" not in (op.lowering or "")  # bf16 native, guarded or not

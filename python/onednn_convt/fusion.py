@@ -98,6 +98,10 @@ class Core:
             (the weights flip; the MatMul's views), or None.
         out_shape: the shape of its result and the post-ops' (None: dst's).
         how: what ``op.lowering`` adds to say how the ConvTranspose was computed.
+        staged: the op runs as a partition of its own, without the bias, and the bias and
+            post-ops follow as a second partition in dst (the guard
+            :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`; see
+            :func:`staged_core`).
     """
 
     kind: str
@@ -106,6 +110,7 @@ class Core:
     prepare: Optional[Callable[[list[np.ndarray]], list[np.ndarray]]] = None
     out_shape: Optional[tuple[int, ...]] = None
     how: str = ""
+    staged: bool = False
 
 
 def make_core(op: ConvTranspose, lowering: Optional[lowerings.Lowering], src_shape: Sequence[int],
@@ -116,6 +121,21 @@ def make_core(op: ConvTranspose, lowering: Optional[lowerings.Lowering], src_sha
         return Core(lowering.kind, lowering.attrs, lowering.attrs["weights_format"], lowering.prepare,
                     how=" (the ConvTranspose as a Convolution over flipped weights)")
     return Core(lowerings.CONV_TRANSPOSE, op._convtranspose_attrs(src_shape, w_shape), op.attrs["weights_format"])
+
+
+def staged_core(op: ConvTranspose, problem: Problem) -> Core:
+    """The core of a float call that the library's deconvolution would compute with its
+    bias and post-ops fused, where the guard
+    :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE` forbids that (a stride > 1):
+    the op alone (ConvolutionBackwardData where groups is 1, the same kernel; else the
+    library's ConvTranspose), then BiasAdd and the post-ops as a second partition, in dst."""
+    from .lowering import forward
+
+    name = lowerings.CONVOLUTION_BACKWARD_DATA if problem.groups == 1 else lowerings.CONV_TRANSPOSE
+    low = forward.build(problem, name)
+    return Core(low.kind, low.attrs, low.attrs["weights_format"], staged=True,
+                how=f" (the ConvTranspose as {name}, then the rest: "
+                    f"{guards.STRIDED_DECONVOLUTION_EPILOGUE.name})")
 
 
 #: dtype -> the dispatch ISAs on which oneDNN 3.2 runs a MatMul with every post-op chain on
@@ -410,6 +430,9 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         else:
             return _fused_plan(tiles, compiled, emulated, code, out_shape, guard, arrays, plan_args)
     core = make_core(op, lowering, src.shape, w.shape)
+    if not f.int8 and core.kind == lowerings.CONV_TRANSPOSE and guards.strided_deconvolution_epilogue(code, strides):
+        core = staged_core(op, problem)
+        guard = guard or guards.STRIDED_DECONVOLUTION_EPILOGUE.name
     # in f32 also where the measured rules run the plain op so (bf16 without AMX is slower
     # than f32 on some layers: README, Performance)
     in_f32 = plain_rule.endswith(lowering_rules.IN_F32)
@@ -445,8 +468,11 @@ def _fused_plan(core: Core, compiled: Any, emulated: bool, code: str, out_shape:
                 guard: Optional[str], arrays: Sequence[Any], plan_args: dict[str, Any]) -> FusedPlan:
     """The plan of a graph compiled as one partition around ``core``."""
     f: Fusion = plan_args["fusion"]
-    kind = f"{f.chain(plan_args['has_bias'], core.kind)}: 1 fused partition{core.how}"
-    plan = FusedPlan(lowering=FusedLowering(kind, out_shape, 1, True, guard), compiled=compiled, emulated=emulated,
+    parts = compiled.partitions
+    kind = f"{f.chain(plan_args['has_bias'], core.kind)}: " + (
+        "1 fused partition" if parts == 1 else f"{parts} partitions") + core.how
+    plan = FusedPlan(lowering=FusedLowering(kind, out_shape, parts, parts == 1, guard), compiled=compiled,
+                     emulated=emulated,
                      prepare=core.prepare, library_shape=core.out_shape,
                      finite_guard=not emulated and code in ("bf16", "f16"), **plan_args)
     plan.executor = _executor(plan, arrays)
@@ -523,9 +549,14 @@ def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
         if f.weights_dequantize.qtype == "per_channel":
             wq["axis"] = _weights_axis(core.weights_format, len(w_shape))
         w_ref = add("Dequantize", wq, [1], w_shape, "f32")
-    conv = [src_ref, w_ref] + ([2] if has_bias else [])
+    conv = [src_ref, w_ref] + ([2] if has_bias and not core.staged else [])
     out_shape = core.out_shape or out_shape  # the post-ops work in the core's result's shape
     ref = add(core.kind, core.attrs, conv, out_shape, inter)
+    if core.staged and has_bias:  # in NXC an Add of the 1-D bias (it broadcasts over the last dim,
+        # and the library fuses the post-ops into it); BiasAdd, its own partition, in NCX
+        nxc = core.attrs["data_format"] == "NXC"
+        kind, attrs = ("Add", {}) if nxc else ("BiasAdd", {"data_format": "NCX"})
+        ref = add(kind, attrs, [ref, 2], out_shape, inter)
     first = operand = 3 if has_bias else 2
     for p in f.post_ops:
         if p.is_binary:
@@ -556,7 +587,9 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
                         args[1].shape, core)
     shape = core.out_shape or out_shape
     output = (list(shape), list(shapes.dense_strides(shape)), out_code)
-    return _core.compile(f.chain(has_bias, core.kind), {}, descs, output, nodes=nodes)
+    core_at = 2 if f.int8 else 0  # the core's node (after the two Dequantize nodes)
+    stages = [core_at + 1] if core.staged else []
+    return _core.compile(f.chain(has_bias, core.kind), {}, descs, output, nodes=nodes, stages=stages)
 
 
 def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:

@@ -121,7 +121,59 @@ BF16_BACKWARD_WEIGHTS_SHORT_SRC = Guard(
     ),
 )
 
-GUARDS = (AMX_STRIDE_NOT_BELOW_KERNEL, AMX_PADDING_ONLY_OUTPUTS, BF16_BACKWARD_WEIGHTS_SHORT_SRC)
+#: the AVX-512 dispatch ISAs (oneDNN's avx512_core kernels and those built on them)
+AVX512 = frozenset({"avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_fp16"}) | AMX
+
+#: every dispatch ISA (a guard active wherever oneDNN 3.2 may pick the bad kernel)
+EVERY_ISA = frozenset(ISA_NAMES.values())
+
+STRIDED_DECONVOLUTION_EPILOGUE = Guard(
+    name="strided_deconvolution_epilogue",
+    isas={"f32": EVERY_ISA, "bf16": EVERY_ISA, "f16": EVERY_ISA},
+    condition=(
+        "a ConvTranspose with a stride > 1 and a bias or fused post-ops, run by the library's "
+        "deconvolution (its strided brgemm kernel, brgconv_strided, applies them once per "
+        "partial sum where it splits the taps)"
+    ),
+    route=(
+        "the deconvolution without them (as ConvolutionBackwardData where groups is 1), then "
+        "a second partition adds the bias and applies the post-ops in dst"
+    ),
+    evidence=(
+        "AMD Zen5 (EPYC, avx512_core_bf16), 2 threads: 68 of 696 f32 model-sized problems "
+        "wrong under AVX512_CORE, 32 under AVX2 (brgconv_strided:avx2), by 0.3-2.3x the "
+        "output's scale: every k4 s2 p1 layer with 512-1024 input channels, bias or ReLU "
+        "alike (the bias landed 1 to 4 times per output, once per kernel tap); also k5 s2 "
+        "and k4 s4 layers in a random scan; AMD Zen4 the same (DCGAN, pix2pix, CenterNet "
+        "layers: errors 0.27-0.94). The kernel's blocking follows the cache sizes, so the "
+        "guard holds on every CPU and ISA. Not seen on int8 graphs (their kernel blocks "
+        "otherwise) nor with stride 1 (forward convolution kernels)"
+    ),
+)
+
+AVX512_BACKWARD_WEIGHTS_DEPTH_PAD = Guard(
+    name="avx512_backward_weights_depth_pad",
+    isas={"f32": AVX512, "bf16": AVX512, "f16": AVX512},
+    condition="3-D BackwardWeights with pads_begin >= 3 in depth (both library ops)",
+    route=(
+        "diff_dst given its cropped front rows back as zeros (copied into a larger array), "
+        "pads_begin 0 in depth: the same products"
+    ),
+    evidence=(
+        "AMD Zen5 (EPYC, avx512_core_bf16), 2 threads: of 724 3-D problems per setting (kernel "
+        "1-7, src 1-5, stride 1-3, pads 0-8 in depth), 7-11 wrong (errors up to 1e32) or a heap "
+        "corruption abort/segfault in jit:avx512_core and jit_bf16 backward_weights, f32 and "
+        "bf16, ConvolutionBackwardWeights NXC and ConvTransposeBackwardWeights NCX, under "
+        "AVX512_CORE and AVX512_CORE_BF16: every one with depth pads_begin >= 3; none in "
+        "height or width, none under AVX2; found by fuzz/plain_ops.py"
+    ),
+)
+
+GUARDS = (AMX_STRIDE_NOT_BELOW_KERNEL, AMX_PADDING_ONLY_OUTPUTS, BF16_BACKWARD_WEIGHTS_SHORT_SRC,
+          STRIDED_DECONVOLUTION_EPILOGUE, AVX512_BACKWARD_WEIGHTS_DEPTH_PAD)
+
+#: pads_begin in depth from which :data:`AVX512_BACKWARD_WEIGHTS_DEPTH_PAD` applies
+DEPTH_PAD_LIMIT = 3
 
 _enabled = os.environ.get("ONEDNN_CONVT_GUARDS", "").lower() not in ("0", "off", "false", "no")
 
@@ -160,6 +212,20 @@ def stride_not_below_kernel(code: str, kernel: Sequence[int], strides: Sequence[
     if not active(AMX_STRIDE_NOT_BELOW_KERNEL, code):
         return ()
     return tuple(i for i, (k, s) in enumerate(zip(kernel, strides)) if s > 1 and s >= k)
+
+
+def strided_deconvolution_epilogue(code: str, strides: Sequence[int]) -> bool:
+    """Whether a ConvTranspose in dtype ``code`` with these strides must keep its bias and
+    post-ops out of the library's deconvolution (:data:`STRIDED_DECONVOLUTION_EPILOGUE`)."""
+    return active(STRIDED_DECONVOLUTION_EPILOGUE, code) and any(s > 1 for s in strides)
+
+
+def backward_weights_depth_pad(code: str, pads_begin: Sequence[int]) -> int:
+    """The depth pads_begin a 3-D BackwardWeights in dtype ``code`` must not hand the library
+    (:data:`AVX512_BACKWARD_WEIGHTS_DEPTH_PAD`): all of it where the guard applies, else 0."""
+    if len(pads_begin) != 3 or pads_begin[0] < DEPTH_PAD_LIMIT or not active(AVX512_BACKWARD_WEIGHTS_DEPTH_PAD, code):
+        return 0
+    return pads_begin[0]
 
 
 def padding_only_outputs(

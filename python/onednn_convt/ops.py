@@ -185,7 +185,9 @@ class _Op:
         plan = self.last_plan
         if plan is None:
             return None
-        text = str(plan.lowering.kind) + (" (f32 emulation)" if plan.emulated else "")
+        low = plan.lowering
+        text = str(low.kind) + ("+BiasAdd: 2 partitions" if getattr(low, "bias_stage", False) else "")
+        text += " (f32 emulation)" if plan.emulated else ""
         tuning = getattr(plan, "tuning", None)
         return text if tuning is None else f"{text} (tuned: {tuning.name})"
 
@@ -202,7 +204,10 @@ class _Op:
         """How many library partitions the last call ran (1 for a fused call the library
         fused; a call the library did not fuse ran 1 and then NumPy). None before the first call."""
         plan = self.last_plan
-        return None if plan is None else getattr(plan.lowering, "partitions", 1)
+        if plan is None:
+            return None
+        low = plan.lowering
+        return 2 if getattr(low, "bias_stage", False) else int(getattr(low, "partitions", 1))
 
     @property
     def fused(self) -> Optional[bool]:
@@ -357,10 +362,18 @@ class _Op:
         as_given = direct and out is not None and not lowering.library_shape
         out_desc = _describe(out, code) if as_given and out is not None else (shape, shapes.dense_strides(shape), code)
         at = lowering.weights_arg
+        kind, attrs = lowering.kind, lowering.attrs
+        staged: dict[str, Any] = {}
+        if lowering.bias_stage:  # the op, then BiasAdd in dst: two partitions
+            kind = f"{lowering.kind}+BiasAdd"
+            bias_add = {"data_format": attrs["data_format"]}
+            staged = dict(nodes=[(lowering.kind, attrs, [0, 1], out_desc), ("BiasAdd", bias_add, [-1, 2], out_desc)],
+                          stages=[1])
+            attrs = {}
         with omp.one_thread() if lowering.single_thread else contextlib.nullcontext():
             compiled = _core.compile(
-                lowering.kind, lowering.attrs, [_describe(a, code) for a in fixed], out_desc,
-                constant=[at] if constant_weights and at is not None else [],
+                kind, attrs, [_describe(a, code) for a in fixed], out_desc,
+                constant=[at] if constant_weights and at is not None else [], **staged,
             )
         plan = _Plan(compiled, lowering, dtype, emulated, fixers if any(fixers) else [])
         guard = "" if emulated or code == "f32" else code

@@ -8,6 +8,10 @@
   groups 1 and frames at most :data:`.matmul_backward_weights.MAX_FRAMES_RATIO` times
   diff_dst.
 
+A 3-D problem with pads_begin >= 3 in depth gets its cropped rows of diff_dst back as zeros
+on AVX-512 CPUs (the guard ``avx512_backward_weights_depth_pad``: the library's kernels
+there corrupt the heap or return garbage with such a pad).
+
 Where the library's bf16/f16 kernels are wrong on the problem
 (:func:`onednn_convt.lowering.rules.backward_weights_f32_only`, guard
 ``bf16_backward_weights_short_src``), or in f16 far slower than its f32 ones
@@ -18,6 +22,7 @@ compute in f32.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -70,4 +75,26 @@ def build(p: Problem, name: str) -> Lowering:
     else:
         raise ValueError(f"ConvTransposeBackwardWeights: no lowering named {name!r}")
     attrs["weights_shape"] = list(wshape)
-    return Lowering(name, attrs, inputs, wshape, f32_only=f32_only, guard=guard, name=name)
+    front = guards.backward_weights_depth_pad(p.dtype, p.geometry.pads_begin)
+    if not front:
+        return Lowering(name, attrs, inputs, wshape, f32_only=f32_only, guard=guard, name=name)
+    # the guard avx512_backward_weights_depth_pad: the cropped rows back in diff_dst, as zeros
+    attrs["pads_begin"][0] = 0
+    at = inputs.index(1)  # diff_dst among the library's inputs
+    axis = 2 if p.data_format == "NCX" else 1  # depth
+    padded = list(p.input_shapes[1])
+    padded[axis] += front
+    buffers = threading.local()  # the padded diff_dst, one array per thread (its zeros stay)
+
+    def unpad(args: list[np.ndarray]) -> list[np.ndarray]:
+        dd = args[at]
+        buffer = getattr(buffers, "dd", None)
+        if buffer is None or buffer.dtype != dd.dtype:
+            buffer = buffers.dd = np.zeros(padded, dd.dtype)
+        index = [slice(None)] * dd.ndim
+        index[axis] = slice(front, None)
+        buffer[tuple(index)] = dd
+        return [buffer if i == at else a for i, a in enumerate(args)]
+
+    return Lowering(name, attrs, inputs, wshape, prepare=unpad, prepared_elems=math.prod(padded), f32_only=f32_only,
+                    guard=guard or guards.AVX512_BACKWARD_WEIGHTS_DEPTH_PAD.name, name=name)

@@ -48,6 +48,9 @@ class Lowering:
             e.g. ``"Convolution (flipped weights)"``; the kind when not set.
         single_thread: compile the library op for one thread (a problem too small to gain
             from the thread pool: :func:`onednn_convt.lowering.rules.single_threaded`).
+        bias_stage: the library op runs without the bias (the last library input); a second
+            partition adds it in dst (the guard
+            :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`).
     """
 
     kind: str
@@ -64,6 +67,7 @@ class Lowering:
     exact: Optional[Lowering] = None
     name: str = ""
     single_thread: bool = False
+    bias_stage: bool = False
 
     @property
     def library_out_shape(self) -> tuple[int, ...]:

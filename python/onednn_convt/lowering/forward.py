@@ -3,7 +3,12 @@
 - ``ConvTranspose``: the library's own op (any problem; bias, groups, output_padding).
 - ``ConvolutionBackwardData``: the backward data of the convolution this op transposes, on
   the same weights memory (IOX read as OIX, XOI as XIO) with ``dst_shape`` giving the output
-  size; groups 1 and no bias (oneDNN 3.2 rejects groups there, and the op has no bias).
+  size; groups 1 (oneDNN 3.2 rejects groups there) and no bias, except where the bias is
+  added by a second partition anyway (:func:`bias_stage`: the op has no bias input).
+
+A bias with a stride > 1 never reaches the library's deconvolution: its strided kernel adds
+it once per partial sum on some problems (:data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`),
+so both library ops run without it and a second partition (BiasAdd) adds it in dst.
 - ``Convolution (flipped weights)``: every stride 1 and pads within the dilated kernel: a
   forward Convolution over the spatially flipped, per-group transposed weights with pads
   ``d*(k-1) - pb`` and ``d*(k-1) - pe``; the weights are copied each call into an array
@@ -36,7 +41,7 @@ def candidates(p: Problem) -> list[str]:
     if matmul_lowering.applies(p.kernel, p.groups, g.dilations):
         return [base.OVERLAP_ADD]
     names = [base.CONV_TRANSPOSE]
-    if p.groups == 1 and not p.bias:
+    if p.groups == 1 and (not p.bias or bias_stage(p)):
         names.append(base.CONVOLUTION_BACKWARD_DATA)
     if _flippable(p):
         names.append(base.FLIPPED_CONVOLUTION)
@@ -45,6 +50,12 @@ def candidates(p: Problem) -> list[str]:
     if matmul_tiles.applies(p.kernel, *g.astuple(), p.groups, p.output_padding):
         names.append(base.TILES)
     return names
+
+
+def bias_stage(p: Problem) -> bool:
+    """Whether the library ops (ConvTranspose, ConvolutionBackwardData) run ``p`` without its
+    bias, which a second partition then adds (:data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`)."""
+    return p.bias and guards.strided_deconvolution_epilogue(p.dtype, p.geometry.strides)
 
 
 def _flippable(p: Problem) -> bool:
@@ -79,7 +90,11 @@ def build(p: Problem, name: str) -> Lowering:
         attrs["output_padding"] = list(p.output_padding)
     else:
         raise ValueError(f"ConvTranspose: no lowering named {name!r}")
-    return Lowering(name, attrs, inputs, p.out_shape, weights_arg=1, f32_only=guarded, guard=guard, name=name)
+    staged = bias_stage(p)
+    if staged and guard is None:
+        guard = guards.STRIDED_DECONVOLUTION_EPILOGUE.name
+    return Lowering(name, attrs, inputs, p.out_shape, weights_arg=1, f32_only=guarded, guard=guard, name=name,
+                    bias_stage=staged)
 
 
 def _flipped_convolution(p: Problem, inputs: tuple[int, ...]) -> Lowering:
