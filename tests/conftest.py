@@ -45,4 +45,6 @@ def hand_rules(monkeypatch):
     tests/test_lowering_candidates.py, and the table itself by tests/test_rules_table.py."""
     from onednn_convt.lowering import rules_table
 
-    monkeypatch.setattr(rules_table, "TABLE", {})
+    monkeypatch.setattr(rules_table, "TABLES", {})
+    monkeypatch.setattr(rules_table, "DEFAULT", None)
+    monkeypatch.setattr(rules_table, "_use_shipped_default", False)

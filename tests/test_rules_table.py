@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -59,15 +62,76 @@ def test_isa_classes():
     assert rules.isa_class("sse41") is None
 
 
-def test_the_shipped_table_names_candidates_of_known_classes():
+def test_the_shipped_tables_name_candidates_of_known_classes():
     names = {getattr(base, n) for n in dir(base) if n.isupper() and isinstance(getattr(base, n), str)}
-    assert rules_table.TABLE, "the table is generated from tuning runs and shipped"
-    for cls, entries in rules_table.TABLE.items():
-        assert cls in rules.ISA_CLASSES.values()
-        for (op, dtype, fmt, shape), name in entries.items():
+    tables = rules_table.tables()
+    assert tables and rules_table.default() is not None, "the tables are made from tuning runs and shipped"
+    for (cpu, isa), table in [*tables.items(), (("default", "any"), rules_table.default())]:
+        assert table.cpu == cpu and table.isa == isa and table.name == (cpu if cpu == "default" else f"{cpu}-{isa}")
+        assert isa in rules.ISA_CLASSES.values() or cpu == "default"
+        for key in ("date", "note"):
+            assert table.provenance.get(key), (table.name, key)
+        if cpu != "default":
+            assert table.provenance["cpu_name"] and table.provenance["onednn"].startswith("3.2.0")
+            assert all(src.startswith("benchmarks/results/") for src in table.provenance["sources"])
+        for (op, dtype, fmt, shape), name in table.entries.items():
             assert op in ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
             assert dtype in ("f32", "bf16", "f16") and fmt in ("NCX", "NXC") and shape in SHAPE_CLASSES
             assert name.removesuffix(lowering.IN_F32) in names, name
+
+
+def test_the_default_keeps_the_library_op_unless_a_rival_won_everywhere():
+    """The conservative table: the op's own library op in the native dtype, except where one
+    other lowering won by the margin in every native table that has the class."""
+    default = rules_table.default()
+    assert default is not None
+    native = [t for t in rules_table.tables().values() if not t.provenance.get("capped")]
+    assert set(default.provenance["made_from"]) == {t.name for t in native}
+    margin = default.provenance["margin"]
+    gen = make_rules()
+    for key, name in default.entries.items():
+        own = gen.LIBRARY_OP[key[0]]
+        assert not name.endswith(lowering.IN_F32)
+        if name != own:
+            having = [t for t in native if key in t.scores]
+            assert having and all(t.scores[key][own] >= margin * t.scores[key][name] for t in having), (key, name)
+
+
+def test_tables_are_chosen_by_cpu_and_isa(monkeypatch):
+    """This CPU's own table where one was measured on it at its dispatch ISA; else the
+    conservative default, and info() says which and why."""
+    from onednn_convt import cpu
+
+    tables = rules_table.tables()
+    (arch, isa), table = next(iter(sorted(tables.items())))
+    chosen, why = rules_table.select(arch, isa)
+    assert chosen is table and "this CPU's own table" in why
+    chosen, why = rules_table.select("unknown", isa)
+    assert chosen is rules_table.default() and "no table for unknown" in why and "conservative default" in why
+    report = rules.report()
+    assert set(report) == {"cpu", "table", "why", "fallback_measured_on"}
+    assert report["cpu"] == cpu.detect().name
+
+
+def test_a_cpu_without_a_table_gets_the_default_and_says_so():
+    code = ("import json, onednn_convt as oc; r = oc.info()['rules']; "
+            "print(json.dumps([r['table'], r['why'], r['cpu']]))")
+    env = dict(os.environ, ONEDNN_CONVT_CPU="martian")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    table, why, name = json.loads(out.stdout)
+    assert table == "default" and "no table for martian" in why and name.endswith("(ONEDNN_CONVT_CPU)")
+
+
+def test_cpu_names_follow_vendor_family_and_model():
+    from onednn_convt import cpu
+
+    assert cpu.microarchitecture("AuthenticAMD", 25, 17) == "zen4"  # Genoa
+    assert cpu.microarchitecture("AuthenticAMD", 25, 1) == "zen3"  # Milan
+    assert cpu.microarchitecture("AuthenticAMD", 26, 2) == "zen5"  # Turin
+    assert cpu.microarchitecture("GenuineIntel", 6, 143) == "sapphirerapids"
+    assert cpu.microarchitecture("GenuineIntel", 6, 207) == "emeraldrapids"
+    assert cpu.microarchitecture("GenuineIntel", 6, 1) == "unknown"
+    assert cpu.microarchitecture("HygonGenuine", 24, 1) == "unknown"
 
 
 def _problem(op, x, w):
@@ -77,23 +141,25 @@ def _problem(op, x, w):
 def test_the_rules_follow_the_table_where_it_can_run_the_problem(monkeypatch):
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((2, 32, 9, 9)).astype(np.float32), rng.standard_normal((32, 16, 4, 4)).astype(np.float32)
-    cls = rules.isa_class(guards.dispatch_isa())
-    if cls is None:
-        pytest.skip("this ISA has no class in the table")
     key = (FORWARD, "f32", "NCX", "dense")
     want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS)
+
+    def use(entries):
+        table = rules_table.Table("test", "test", "test", {}, entries)
+        monkeypatch.setattr(rules, "table", lambda: (table, "a test's"))
+
     for name in (base.CONV_TRANSPOSE, base.CONVOLUTION_BACKWARD_DATA):
-        monkeypatch.setitem(rules_table.TABLE, cls, {key: name})
+        use({key: name})
         op = oc.ConvTranspose(**ATTRS)
         assert lowering.rule(_problem(op, x, w)) == name
         assert_close(op(x, w), want, "f32", 32 * 16)
         assert op.lowering == name
     # a name that cannot run the problem (no stride-1 flip here): the fallback rules
-    monkeypatch.setitem(rules_table.TABLE, cls, {key: base.FLIPPED_CONVOLUTION})
+    use({key: base.FLIPPED_CONVOLUTION})
     op = oc.ConvTranspose(**ATTRS)
     assert lowering.rule(_problem(op, x, w)) == rules.fallback(_problem(op, x, w))
     # another class has no entry: the fallback too
-    monkeypatch.setitem(rules_table.TABLE, cls, {(BACKWARD_DATA, "f32", "NCX", "dense"): base.CONVOLUTION})
+    use({(BACKWARD_DATA, "f32", "NCX", "dense"): base.CONVOLUTION})
     assert lowering.rule(_problem(op, x, w)) == rules.fallback(_problem(op, x, w))
 
 
@@ -128,16 +194,16 @@ def test_the_generator_picks_the_lowest_geometric_mean(tmp_path):
     ]
     run = tmp_path / "tune.json"
     run.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
+                               "cpu": {"microarchitecture": "zen9", "name": "Zen9"},
                                "isa": "avx2_vnni", "records": records}))
-    out = tmp_path / "table.py"
-    assert make_rules().main([str(run), "--out", str(out)]) == 0
-    namespace: dict = {}
-    exec(out.read_text(), namespace)
-    assert namespace["TABLE"] == {"avx2": {
+    assert make_rules().main([str(run), "--out", str(tmp_path), "--note", "a test"]) == 0
+    table = rules_table.read(tmp_path / "zen9-avx2.json")
+    assert (table.cpu, table.isa, table.provenance["cpu_name"], table.provenance["note"]) == ("zen9", "avx2", "Zen9", "a test")
+    assert table.entries == {
         ("ConvTranspose", "f32", "NCX", "dense"): "A",
         ("ConvTransposeBackwardData", "bf16", "NXC", "tiled"): "D",  # geomean 1.05 against E's 1.10
-    }}
-    assert "one, two: 1.05; next B 1.41" in out.read_text()
+    }
+    assert table.scores[("ConvTranspose", "f32", "NCX", "dense")] == {"A": 1.0488, "B": 1.4142}
 
 
 def test_the_generator_classes_suite_layers_by_todays_shape_class():
@@ -148,7 +214,7 @@ def test_the_generator_classes_suite_layers_by_todays_shape_class():
     assert gen.record_class(old) == "3d"
     assert gen.record_class(_record("bwd_d", "f32", "NCX", "tiled", "unet", {"A": 1.0})) == "tiled"
     assert gen.record_class(_record("bwd_d", "f32", "NCX", "dense", "one", {"A": 1.0})) == "dense"
-    assert list(gen.entries([old])) == [("ConvTransposeBackwardData", "f32", "NCX", "3d")]
+    assert [r["shape_class"] for r in gen.rules([old])] == ["3d"]
 
 
 def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
@@ -163,12 +229,32 @@ def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     models = run("tune_avx2.json", [_record("fwd", "f32", "NCX", "dense", "one", {"A": 1.0, "B": 2.0})])
     tiny = run("tune_tiny_avx2.json", [
         {**_record("fwd", "f32", "NCX", "tiny", "tiny", {"A": 2.0, "B": 1.0}), "key": "tiny/tiny/fwd/f32/NCX"}])
-    out = tmp_path / "table.py"
-    assert make_rules().main([models, tiny, "--out", str(out)]) == 0
-    namespace: dict = {}
-    exec(out.read_text(), namespace)
-    assert namespace["TABLE"] == {"avx2": {
-        ("ConvTranspose", "f32", "NCX", "dense"): "A", ("ConvTranspose", "f32", "NCX", "tiny"): "B"}}
+    out = tmp_path / "tables"
+    assert make_rules().main([models, tiny, "--out", str(out), "--cpu", "zen9"]) == 0
+    assert rules_table.read(out / "zen9-avx2.json").entries == {
+        ("ConvTranspose", "f32", "NCX", "dense"): "A", ("ConvTranspose", "f32", "NCX", "tiny"): "B"}
     again = run("again.json", [_record("fwd", "f32", "NCX", "dense", "one", {"A": 3.0, "B": 1.0})])
-    assert make_rules().main([models, again, "--out", str(out)]) == 2
+    assert make_rules().main([models, again, "--out", str(out), "--cpu", "zen9"]) == 2
     assert "models/one/fwd/f32/NCX was tuned in another run" in capsys.readouterr().err
+    assert make_rules().main([models, "--out", str(out)]) == 2  # no CPU named: refused
+
+
+def test_the_default_generator(tmp_path):
+    """A rival wins the default only by the margin on every native table with the class;
+    a capped table does not count."""
+    def table(name, capped, scores):
+        rules = [{"op": "ConvTranspose", "dtype": "f32", "data_format": "NCX", "shape_class": cls,
+                  "lowering": min(sc, key=sc.get), "rows": [], "scores": sc} for cls, sc in scores.items()]
+        doc = {"format": 1, "cpu": name, "cpu_name": name, "isa": "avx2", "capped": capped, "rules": rules}
+        (tmp_path / f"{name}-avx2.json").write_text(json.dumps(doc))
+
+    table("a", False, {"dense": {"ConvTranspose": 1.3, "X": 1.0}, "tiled": {"ConvTranspose": 1.3, "X": 1.0},
+                       "1d": {"ConvTranspose": 1.0, "X in f32": 1.0}})
+    table("b", False, {"dense": {"ConvTranspose": 1.2, "X": 1.0}, "tiled": {"ConvTranspose": 1.05, "X": 1.0}})
+    table("c", True, {"dense": {"ConvTranspose": 1.0, "X": 2.0}})  # capped: ignored
+    assert make_rules().main(["--default", "--out", str(tmp_path)]) == 0
+    default = rules_table.read(tmp_path / "default.json")
+    assert default.cpu == "default" and default.provenance["made_from"] == ["a-avx2", "b-avx2"]
+    assert default.entries == {("ConvTranspose", "f32", "NCX", "dense"): "X",  # 1.3x and 1.2x
+                               ("ConvTranspose", "f32", "NCX", "tiled"): "ConvTranspose",  # 1.05x on b
+                               ("ConvTranspose", "f32", "NCX", "1d"): "ConvTranspose"}  # never '... in f32'

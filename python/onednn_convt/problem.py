@@ -20,7 +20,7 @@ FORWARD = "ConvTranspose"
 BACKWARD_DATA = "ConvTransposeBackwardData"
 BACKWARD_WEIGHTS = "ConvTransposeBackwardWeights"
 
-#: the shape classes of :func:`shape_class`, the keys of the measured rules table
+#: the shape classes of :func:`shape_class`, the keys of the measured rules tables
 #: (:mod:`onednn_convt.lowering.rules_table`)
 SHAPE_CLASSES = ("tiny", "1d", "depthwise", "grouped", "3d", "tiled", "small", "dense")
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import guards
+from . import cpu, guards
 from .bench import suites
 from .bench.cli import _list
 
@@ -125,5 +125,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r['key']:<34} {str(r['rule'] or '-'):<30} {str(r['chosen'] or r['lowering']):<30} {speed:>8} {cost:>7}")
     print(f"choices cached in {tuning_cache.path()}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"context": tuning_cache.context(), "isa": guards.dispatch_isa(), "records": records}, indent=1))
+        me = cpu.detect()
+        where = {"microarchitecture": me.microarchitecture, "name": me.name}
+        args.json.write_text(json.dumps({"context": tuning_cache.context(), "cpu": where, "isa": guards.dispatch_isa(),
+                                         "records": records}, indent=1))
     return 0

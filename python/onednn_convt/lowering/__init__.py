@@ -11,9 +11,9 @@ package does the rest:
   inputs converted, the f32 kernel, the result rounded), since some of oneDNN 3.2's native
   low-precision kernels are far slower than its f32 ones (f16 BackwardWeights on an
   AVX512-FP16 CPU: 15 s where f32 takes 0.03 s);
-- :func:`rule` picks one of them when autotuning is off: the measured table's choice for this
-  ISA class and problem class (:mod:`.rules_table`), else the hand-written rules
-  (:func:`onednn_convt.lowering.rules.fallback`);
+- :func:`rule` picks one of them when autotuning is off: the choice of the table measured on
+  this CPU at its ISA class, or of the conservative default table, for the problem class
+  (:mod:`.rules_table`), else the hand-written rules (:func:`onednn_convt.lowering.rules.fallback`);
 - :mod:`.autotune` (when on) times them all on the first call of each signature and keeps
   the fastest, in a cache that persists across processes;
 - :func:`build` turns a name into the :class:`Lowering` that the op compiles.
