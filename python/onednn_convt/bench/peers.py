@@ -120,21 +120,37 @@ def torch_call(case: Case) -> Optional[Callable[[], Any]]:
         t = torch.from_numpy(np.ascontiguousarray(w)).to(dt)
         return t.contiguous(memory_format=fmt) if nxc and fmt is not None else t
 
-    stride, pad = [lay.stride] * rank, [lay.pad] * rank
-    dilation, out_pad = [1] * rank, [0] * rank
+    # torch pads symmetrically: asymmetric pads run with the smaller one, the output cropped
+    # (a view) or diff_dst given zero rows back before timing (the same products)
+    pb, pe = lay.pads
+    pad_sym = min(pb, pe)
+    stride, pad = [lay.stride] * rank, [pad_sym] * rank
+    dilation, out_pad = [lay.dilation] * rank, [lay.output_padding] * rank
+    extra = (pb - pad_sym, pe - pad_sym)
+    crop = (slice(None), slice(None)) + (slice(extra[0], -extra[1] if extra[1] else None),) * rank
     conv = {1: torch.nn.functional.conv_transpose1d, 2: torch.nn.functional.conv_transpose2d,
             3: torch.nn.functional.conv_transpose3d}[rank]
     backward = torch.ops.aten.convolution_backward
+
+    def full_diff_dst(a: np.ndarray) -> np.ndarray:
+        """diff_dst with the rows the extra pads crop back, as zeros (channels last or first)."""
+        if extra == (0, 0):
+            return a
+        widths = [(0, 0)] * a.ndim
+        for axis in (range(1, 1 + rank) if nxc else range(2, 2 + rank)):
+            widths[axis] = extra
+        return np.pad(np.asarray(a, np.float32), widths)
 
     src_shape = cfg.activation_shape(lay.ic, lay.spatial)
     if cfg.op == "fwd":
         x, w = activation(case.args[0]), weights(case.args[1])
 
         def call() -> Any:
-            return conv(x, w, None, stride, pad, out_pad, lay.groups, dilation)
+            y = conv(x, w, None, stride, pad, out_pad, lay.groups, dilation)
+            return y if extra == (0, 0) else y[crop]
 
     elif cfg.op == "bwd_d":
-        dd, w = activation(case.args[0]), weights(case.args[1])
+        dd, w = activation(full_diff_dst(case.args[0])), weights(case.args[1])
         x = activation(np.zeros(src_shape, np.float32))  # only its shape and format are read
 
         def call() -> Any:
@@ -142,7 +158,7 @@ def torch_call(case: Case) -> Optional[Callable[[], Any]]:
                             [True, False, False])[0]
 
     else:
-        x, dd = activation(case.args[0]), activation(case.args[1])
+        x, dd = activation(case.args[0]), activation(full_diff_dst(case.args[1]))
         w = weights(np.zeros(cfg.weights_shape, np.float32))
 
         def call() -> Any:
