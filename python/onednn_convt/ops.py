@@ -101,6 +101,51 @@ class _Plan:
         return self.fallback.run(arrays, out)
 
 
+@dataclass
+class _PhasedPlan:
+    """A compiled polyphase call (:mod:`onednn_convt.lowering.polyphase`): one plan per phase,
+    each compiled for its views of the call's arrays and of the result, run in turn."""
+
+    lowering: Lowering
+    dtype: np.dtype[Any]
+    plans: list[Optional[_Plan]]
+    #: a forward's bias axis in dst (the channel axis), where the phases that hold the bias alone
+    #: fill it; None: they hold zeros
+    bias_axis: Optional[int] = None
+    emulated: bool = False
+    executor: Any = None
+    tuning: Optional[autotune.Tuning] = None
+
+    def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
+        result = np.empty(self.lowering.out_shape, self.dtype) if out is None else out
+        for phase, plan in zip(self.lowering.phases, self.plans):
+            if phase.fill is not None:
+                view = result[phase.fill]
+                if self.bias_axis is not None and arrays[2] is not None:
+                    shape = [1] * result.ndim
+                    shape[self.bias_axis] = -1
+                    view[...] = np.reshape(arrays[2], shape)
+                else:
+                    view[...] = 0
+            if plan is None:
+                continue
+            args = [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
+            view = result[phase.out] if phase.out else result
+            if phase.accumulate:
+                np.add(result, plan.run(args, None), out=result)
+            elif _nested(view):
+                plan.run(args, view)
+            else:  # oneDNN refuses strides that do not nest (a weights phase): written here
+                np.copyto(view, plan.run(args, None))
+        return result
+
+
+def _nested(a: np.ndarray) -> bool:
+    """Whether oneDNN can write ``a`` as it is: aligned, positive strides that nest."""
+    strides = _element_strides(a)
+    return strides is not None and all(st > 0 for st in strides) and _non_overlapping(a)
+
+
 def _reshaped(a: np.ndarray, shape: tuple[int, ...]) -> Optional[np.ndarray]:
     """``a`` viewed with ``shape`` (same elements, C order), or None where ``a`` is not
     C-contiguous (a reshape would copy)."""
@@ -187,6 +232,9 @@ class _Op:
             return None
         low = plan.lowering
         text = str(low.kind) + ("+BiasAdd: 2 partitions" if getattr(low, "bias_stage", False) else "")
+        if isinstance(plan, _PhasedPlan):
+            kinds = sorted({p.lowering.kind for p in plan.plans if p is not None})
+            text += f" ({len(low.phases)} phases, stride 1: {', '.join(kinds) or 'the bias alone'})"
         text += " (f32 emulation)" if plan.emulated else ""
         tuning = getattr(plan, "tuning", None)
         return text if tuning is None else f"{text} (tuned: {tuning.name})"
@@ -295,14 +343,14 @@ class _Op:
             raise TypeError(msg) from None
 
     # -- planning -------------------------------------------------------------------------
-    def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> _Plan:
+    def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> _Plan | _PhasedPlan:
         code = self._check_dtypes(arrays)
         problem = self._problem(arrays, code)
         tuned = autotune.choice(self, problem) if autotune.enabled() else None
         chosen = lowering.build(
             problem, tuned.name if tuned is not None else lowering.rule(problem, native=self.strict)
         )
-        plan = self._plan_for(chosen, arrays, out, code)
+        plan: _Plan | _PhasedPlan = self._plan_for(chosen, arrays, out, code)
         plan.tuning = tuned
         return plan
 
@@ -313,8 +361,11 @@ class _Op:
         problem = self._problem(arrays, dtypes.code_of(arrays[0].dtype) or "")
         return lowering.build(problem, lowering.rules.fallback(problem))
 
-    def _plan_for(self, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> _Plan:
-        """Compile ``lowering`` for these arrays: natively where the library can, else in f32."""
+    def _plan_for(self, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> Any:
+        """Compile ``lowering`` for these arrays: natively where the library can, else in f32
+        (a :class:`_Plan`, or for a polyphase lowering a :class:`_PhasedPlan` of them)."""
+        if lowering.phases:
+            return self._phased_plan(lowering, arrays, out, code)
         for shape in (lowering.out_shape, lowering.library_shape):
             if math.prod(shape) * 4 > np.iinfo(np.intp).max:  # f32, the widest computed dtype
                 msg = f"{self.op_name}: {self.output_name} would have shape {lowering.out_shape}, too large to address"
@@ -344,6 +395,27 @@ class _Op:
             raise UnsupportedError(msg, 3)
         limits.check_memory(self.op_name, lowering, arrays, out, dtype, emulated=True)
         return self._compile(lowering, arrays, out, dtype, "f32", emulated=True, constant_weights=constant)
+
+    def _phased_plan(self, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> _PhasedPlan:
+        """Each phase's plan, for its views of these arrays and of the result (as ``out``, or
+        as a fresh C-contiguous result is laid out)."""
+        dtype = dtypes.FLOAT_DTYPES[code]
+        if out is not None:
+            self._check_out(arrays, out, lowering.out_shape, dtype)
+        result = out if out is not None else np.empty(lowering.out_shape, dtype)
+        plans: list[Optional[_Plan]] = []
+        for phase in lowering.phases:
+            if phase.lowering is None:
+                plans.append(None)
+                continue
+            args = [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
+            view = result[phase.out] if phase.out else result
+            target = view if not phase.accumulate and _nested(view) else None
+            plans.append(self._plan_for(phase.lowering, args, target, code))
+        bias_axis = None
+        if self.op_name == "ConvTranspose":
+            bias_axis = 1 if self.attrs["data_format"] == "NCX" else len(lowering.out_shape) - 1
+        return _PhasedPlan(lowering, dtype, plans, bias_axis)
 
     @staticmethod
     def _compile(

@@ -390,10 +390,17 @@ def _broad() -> list[Layer]:
     ]
 
 
+def _broad_fit() -> list[Layer]:
+    return [lay for lay in _broad() if lay.part == "fit"]
+
+
+def _broad_holdout() -> list[Layer]:
+    return [lay for lay in _broad() if lay.part == "holdout"]
+
+
 #: suite name -> its layers
-SUITES = {"models": _models, "tiny": _tiny, "sweep": _sweep, "broad": _broad,
-          "broad-fit": lambda: [lay for lay in _broad() if lay.part == "fit"],
-          "broad-holdout": lambda: [lay for lay in _broad() if lay.part == "holdout"]}
+SUITES = {"models": _models, "tiny": _tiny, "sweep": _sweep, "broad": _broad, "broad-fit": _broad_fit,
+          "broad-holdout": _broad_holdout}
 
 
 def layers(suite: str) -> list[Layer]:

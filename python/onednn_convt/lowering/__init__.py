@@ -7,6 +7,8 @@ package does the rest:
   its Convolution forms on the same weights memory, MatMuls; per op in :mod:`.forward`,
   :mod:`.backward_data`, :mod:`.backward_weights`), leaving out those a guard of
   :mod:`onednn_convt.guards` forbids on this CPU;
+- a strided problem also has its polyphase form (:mod:`.polyphase`: stride-1 ops on strided
+  views), each phase lowered by the rules;
 - a bf16/f16 problem also has each library op computed in f32 (``"<name> in f32"``: the
   inputs converted, the f32 kernel, the result rounded), since some of oneDNN 3.2's native
   low-precision kernels are far slower than its f32 ones (f16 BackwardWeights on an
@@ -25,8 +27,8 @@ from dataclasses import replace
 from typing import Callable
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
-from . import backward_data, backward_weights, forward, rules
-from .base import MATMUL, Lowering
+from . import backward_data, backward_weights, forward, polyphase, rules
+from .base import MATMUL, POLYPHASE, Lowering
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
 
@@ -71,12 +73,16 @@ def _valid(p: Problem, native: bool) -> list[str]:
     if p.dtype in ("bf16", "f16") and len(names) > 1 and not native:
         built = [_BUILD[p.op](p, n) for n in names]
         names += [n + IN_F32 for n, low in zip(names, built) if not low.f32_only and low.kind != MATMUL]
+    if polyphase.applies(p):  # its stride-1 phases are kept from every stride guard's kernels too
+        names.append(POLYPHASE)
     return names
 
 
 def build(p: Problem, name: str) -> Lowering:
     """The lowering called ``name`` (one of :func:`candidates`) of ``p``."""
     small = rules.single_threaded(p)
+    if name == POLYPHASE:  # each phase's stride-1 problem lowered by the rules
+        return replace(polyphase.build(p, lambda sub: build(sub, rule(sub, native=True))), single_thread=small)
     if name.endswith(IN_F32):
         low = _BUILD[p.op](p, name[: -len(IN_F32)])
         return replace(low, f32_only=True, name=name, single_thread=small)

@@ -51,6 +51,8 @@ class Lowering:
         bias_stage: the library op runs without the bias (the last library input); a second
             partition adds it in dst (the guard
             :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`).
+        phases: the stride-1 ops of a polyphase lowering (:mod:`.polyphase`; ``kind``
+            ``"Polyphase"``), run in turn; empty for every other lowering.
     """
 
     kind: str
@@ -68,6 +70,7 @@ class Lowering:
     name: str = ""
     single_thread: bool = False
     bias_stage: bool = False
+    phases: tuple[Phase, ...] = ()
 
     @property
     def library_out_shape(self) -> tuple[int, ...]:
@@ -80,6 +83,28 @@ class Lowering:
         if emulated:
             args = [dtypes.to_f32(a) for a in args]
         return self.prepare(args) if self.prepare is not None else args
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stride-1 op of a polyphase lowering (:mod:`onednn_convt.lowering.polyphase`).
+
+    Attributes:
+        lowering: the op's own lowering (its stride-1 problem's); None: the phase holds
+            the bias, or zeros, alone (``fill``).
+        inputs: for each input of that problem, in its order: (index of the call's input,
+            the index of the view taken of it; ``()``: all of it).
+        out: the index of the view of the result the op writes (``()``: all of it).
+        fill: where the result is filled first (a forward's bias, or zeros; None: nowhere).
+        accumulate: add the op's result to the result instead of writing it (BackwardData's
+            phases after the first).
+    """
+
+    lowering: Optional[Lowering]
+    inputs: tuple[tuple[int, tuple[slice, ...]], ...]
+    out: tuple[slice, ...]
+    fill: Optional[tuple[slice, ...]]
+    accumulate: bool = False
 
 
 # -- library op kinds (Lowering.kind) ---------------------------------------------------
@@ -98,3 +123,4 @@ FRAMES = "MatMul (frames)"
 TILES = "MatMul (tiles)"
 SUBSAMPLED = "Convolution (subsampled)"
 ZERO_PADDED_TAPS = "Convolution (zero-padded taps)"
+POLYPHASE = "Polyphase"

@@ -1,0 +1,174 @@
+"""The polyphase (sub-pixel) lowering: a strided op as stride-1 ops on strided views.
+
+Along one spatial dim, a ConvTranspose of stride ``s`` (dilation 1) writes output ``o`` from
+src ``i`` through tap ``t`` where ``o + pb = s*i + t``. The outputs of one phase
+``phi = (o + pb) mod s`` take only the taps ``t = phi + s*m``: they are a stride-1
+ConvTranspose of src with the sub-kernel ``w[phi::s]`` (``M = ceil((k - phi) / s)`` taps),
+written to ``dst[o0::s]``. Over ``d`` dims that is ``s^d`` stride-1 ops, each on a strided
+view of the weights and writing a strided view of dst: no copies, and oneDNN's stride-1
+kernels (its most tuned; oneDNN 3.2's strided deconvolution kernels are weak on depthwise
+and grouped layers, and wrong with a fused bias on some: the guard
+``strided_deconvolution_epilogue``) instead of the strided one. A phase with no taps
+(``M = 0``: kernel below the stride) or outputs past the last tap's reach (output_padding)
+holds the bias there (or zeros): the view is filled first.
+
+BackwardWeights has the matching form: phase ``phi`` of diff_weights (``dw[phi::s]``) is the
+stride-1 BackwardWeights of src and the phase's view of diff_dst ``dd[o0::s]``.
+
+BackwardData is the adjoint, a stride-``s`` convolution of diff_dst: each phase's
+stride-1 op gives a part of every diff_src element, so the phases are summed (the first
+writes diff_src, each other one writes scratch memory added into it).
+
+:func:`phases` computes each dim's phases; :func:`build` the :class:`.base.Lowering` whose
+``phases`` the op compiles and runs in turn (:class:`onednn_convt.ops._PhasedPlan`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .. import guards
+from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Geometry, Problem
+from . import base
+from .base import Lowering, Phase
+
+#: the most phases (s^d) a problem may split into
+MAX_PHASES = 64
+
+
+@dataclass(frozen=True)
+class DimPhase:
+    """One phase along one spatial dim.
+
+    Attributes:
+        phase: ``phi`` in ``[0, s)``: the taps ``phi, phi + s, ...``.
+        taps: ``M``, how many (0: none).
+        first: the first output (dst index) of the phase, ``o0``.
+        count: the phase's outputs in dst (``dst[o0::s][:count]``).
+        pads_begin: the stride-1 op's pads_begin.
+        reach: how many of the phase's outputs the taps reach (the rest hold the bias).
+        pads_end: the stride-1 op's pads_end over ``reach`` outputs.
+    """
+
+    phase: int
+    taps: int
+    first: int
+    count: int
+    pads_begin: int
+    reach: int
+    pads_end: int
+
+
+def phases(src: int, kernel: int, stride: int, pads_begin: int, dst: int) -> list[DimPhase]:
+    """The phases of one spatial dim of a dilation-1 ConvTranspose (see the module doc)."""
+    out = []
+    for phi in range(stride):
+        taps = len(range(phi, kernel, stride))
+        q0 = -((phi - pads_begin) // stride)  # the first phase index whose output is >= 0
+        first = stride * q0 + phi - pads_begin
+        count = max(0, -(-(dst - first) // stride))
+        reach = max(0, min(count, src - 1 + taps - q0)) if taps else 0
+        out.append(DimPhase(phi, taps, first, count, q0, reach, src - 1 + taps - q0 - reach))
+    return out
+
+
+def applies(p: Problem) -> bool:
+    """Whether ``p`` has the polyphase lowering: a stride above 1, every dilation 1, at most
+    :data:`MAX_PHASES` phases, and a dtype the library runs natively here (f32; bf16 on
+    AVX-512 CPUs): the phases would each convert their inputs otherwise."""
+    g = p.geometry
+    if all(s == 1 for s in g.strides) or any(d != 1 for d in g.dilations) or math.prod(g.strides) > MAX_PHASES:
+        return False
+    if p.op == BACKWARD_DATA:  # its phases are summed: in f32 only (bf16 would round each part)
+        return p.dtype == "f32"
+    return p.dtype == "f32" or (p.dtype == "bf16" and guards.dispatch_isa() in guards.BF16_NATIVE)
+
+
+def _sub_problem(p: Problem, dims: Sequence[DimPhase], op: str) -> Problem:
+    """The stride-1 problem of one phase (reach outputs per dim)."""
+    n_dims = len(dims)
+    kernel = tuple(d.taps for d in dims)
+    src, dst = p.src, tuple(d.reach for d in dims)
+    geometry = Geometry((1,) * n_dims, (1,) * n_dims, tuple(d.pads_begin for d in dims), tuple(d.pads_end for d in dims))
+    o = p.oc // p.groups
+    wshape = (p.ic, o, *kernel) if p.weights_format == "IOX" else (*kernel, o, p.ic)
+
+    def act(c: int, sp: Sequence[int]) -> tuple[int, ...]:
+        return (p.n, c, *sp) if p.data_format == "NCX" else (p.n, *sp, c)
+
+    if op == FORWARD:
+        shapes = (act(p.ic, src), wshape) + ((p.oc,),) if p.bias else (act(p.ic, src), wshape)
+        out = act(p.oc, dst)
+    elif op == BACKWARD_DATA:
+        shapes, out = (act(p.oc, dst), wshape), act(p.ic, src)
+    else:
+        shapes, out = (act(p.ic, src), act(p.oc, dst)), wshape
+    return Problem(op, p.dtype, p.data_format, p.weights_format, p.groups, p.n, p.ic, p.oc, src, dst, kernel,
+                   geometry, (0,) * n_dims, p.bias and op == FORWARD, shapes, out)
+
+
+def _spatial_axes(p: Problem, tensor: str) -> list[int]:
+    """The axes of a call tensor's spatial dims: activations by data format, weights by
+    weights format."""
+    rank = p.rank
+    if tensor == "weights":
+        return list(range(2, 2 + rank)) if p.weights_format == "IOX" else list(range(rank))
+    return list(range(2, 2 + rank)) if p.data_format == "NCX" else list(range(1, 1 + rank))
+
+
+def _index(ndim: int, axes: Sequence[int], slices: Sequence[slice]) -> tuple[slice, ...]:
+    index = [slice(None)] * ndim
+    for a, s in zip(axes, slices):
+        index[a] = s
+    return tuple(index)
+
+
+def _every(first: int, count: int, step: int) -> slice:
+    """``count`` elements from ``first``, ``step`` apart."""
+    return slice(first, first + (count - 1) * step + 1, step)
+
+
+Chooser = Callable[[Problem], Lowering]
+
+
+def build(p: Problem, choose: Chooser) -> Lowering:
+    """The polyphase lowering of ``p`` (:func:`applies`); ``choose`` gives each phase's
+    stride-1 problem its lowering (the rules' choice)."""
+    g = p.geometry
+    s = g.strides
+    per_dim = [phases(x, k, st, pb, y) for x, k, st, pb, y in zip(p.src, p.kernel, s, g.pads_begin, p.dst)]
+    w_axes, a_axes = _spatial_axes(p, "weights"), _spatial_axes(p, "activation")
+    ndim = p.rank + 2
+    parts = []
+    for dims in itertools.product(*per_dim):
+        w_view = _index(ndim, w_axes, [slice(d.phase, None, st) for d, st in zip(dims, s)])
+        reached = all(d.taps and d.reach for d in dims)
+        reach = _index(ndim, a_axes, [_every(d.first, d.reach, st) for d, st in zip(dims, s)]) if reached else ()
+        if p.op == FORWARD:
+            if any(d.count == 0 for d in dims):
+                continue  # no outputs in this phase
+            whole = _index(ndim, a_axes, [_every(d.first, d.count, st) for d, st in zip(dims, s)])
+            fill = whole if not reached or any(d.reach < d.count for d in dims) else None
+            if not reached:  # the bias (or zeros) alone
+                parts.append(Phase(None, (), whole, fill))
+                continue
+            inputs = ((0, ()), (1, w_view)) + (((2, ()),) if p.bias else ())
+            parts.append(Phase(choose(_sub_problem(p, dims, FORWARD)), inputs, reach, fill))
+        elif p.op == BACKWARD_WEIGHTS:
+            if any(d.taps == 0 for d in dims):
+                continue  # no taps: an empty view of diff_weights
+            if not reached:  # taps that reach no diff_dst: their gradient is 0
+                parts.append(Phase(None, (), w_view, w_view))
+                continue
+            parts.append(Phase(choose(_sub_problem(p, dims, BACKWARD_WEIGHTS)), ((0, ()), (1, reach)), w_view, None))
+        elif reached:  # BackwardData: every phase adds to all of diff_src
+            first = not parts
+            sub = choose(_sub_problem(p, dims, BACKWARD_DATA))
+            parts.append(Phase(sub, ((0, reach), (1, w_view)), (), None, accumulate=not first))
+    if p.op == BACKWARD_DATA and not parts:  # no tap reaches diff_dst: diff_src is 0
+        parts.append(Phase(None, (), (), ()))
+    return Lowering(base.POLYPHASE, {}, tuple(range(len(p.input_shapes))), p.out_shape, name=base.POLYPHASE,
+                    phases=tuple(parts))

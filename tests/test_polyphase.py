@@ -1,0 +1,111 @@
+"""The polyphase lowering (lowering/polyphase.py): a strided op as stride-1 ops on strided views."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import onednn_convt as oc
+from helpers import assert_close
+from onednn_convt import lowering, reference
+from onednn_convt.lowering import base, polyphase
+
+
+def test_phases_cover_every_output_once():
+    """Along one dim, the phases' outputs partition dst, and each phase's taps are those of
+    its residue; the taps reach exactly the outputs some src element feeds."""
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        x, k, s = (int(v) for v in rng.integers(1, [8, 8, 6]))
+        pb, pe, op = int(rng.integers(0, k + 1)), int(rng.integers(0, k + 1)), int(rng.integers(0, s))
+        y = s * (x - 1) + k - pb - pe + op
+        if y < 1:
+            continue
+        seen = np.zeros(y, int)
+        for d in polyphase.phases(x, k, s, pb, y):
+            outs = range(d.first, d.first + d.count * s, s)
+            seen[list(outs)] += 1
+            assert d.taps == len(range(d.phase, k, s))
+            for j, o in enumerate(outs):  # does any (i, t) with o + pb = s*i + t, t in the phase, exist?
+                fed = any(0 <= (o + pb - t) // s < x and (o + pb - t) % s == 0 for t in range(d.phase, k, s))
+                assert fed == (j < d.reach), (x, k, s, pb, pe, op, d, o)
+            if d.taps and d.reach:
+                assert d.pads_end >= 0 and x - 1 + d.taps - d.pads_begin - d.pads_end == d.reach
+        assert (seen == 1).all(), (x, k, s, pb, pe, op)
+
+
+def _random_call(rng: np.random.Generator, op: str, code: str):
+    rank = int(rng.integers(1, 4))
+    fmt, wf = str(rng.choice(["NCX", "NXC"])), str(rng.choice(["IOX", "XOI"]))
+    g = int(rng.choice([1, 1, 2, 4]))
+    ic, oc_ = g * int(rng.integers(1, 6)), g * int(rng.integers(1, 6))
+    k = [int(rng.integers(1, 6)) for _ in range(rank)]
+    s = [int(rng.integers(1, 5)) for _ in range(rank)]
+    s[0] = max(s[0], 2)
+    pb, pe = [int(rng.integers(0, kk + 1)) for kk in k], [int(rng.integers(0, kk + 1)) for kk in k]
+    op_ = [int(rng.integers(0, ss)) for ss in s]
+    x = [int(rng.integers(1, 6)) for _ in range(rank)]
+    y = [ss * (xx - 1) + kk - a - b + o for xx, kk, ss, a, b, o in zip(x, k, s, pb, pe, op_)]
+    if min(y) < 1:
+        return None
+    attrs = dict(strides=s, pads_begin=pb, pads_end=pe, output_padding=op_, groups=g, data_format=fmt, weights_format=wf)
+
+    def act(c, sp):
+        return (2, c, *sp) if fmt == "NCX" else (2, *sp, c)
+
+    ws = (ic, oc_ // g, *k) if wf == "IOX" else (*k, oc_ // g, ic)
+    dt = oc.dtypes.FLOAT_DTYPES[code]
+    src, w = rng.standard_normal(act(ic, x)).astype(dt), rng.standard_normal(ws).astype(dt)
+    b, dd = rng.standard_normal(oc_).astype(dt), rng.standard_normal(act(oc_, y)).astype(dt)
+    f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    no_op = {key: v for key, v in attrs.items() if key != "output_padding"}
+    if op == "fwd":
+        bias = b if rng.random() < 0.5 else None
+        ref = reference.conv_transpose(f64(src), f64(w), None if bias is None else f64(bias), **attrs)
+        return oc.ConvTranspose(**attrs), [src, w, bias], ref, ic // g * int(np.prod(k))
+    if op == "bwd_w":
+        ref = reference.conv_transpose_backward_weights(f64(src), f64(dd), ws, **no_op)
+        return oc.ConvTransposeBackwardWeights(**attrs), [src, dd, np.array(ws)], ref, 2 * int(np.prod(y))
+    ref = reference.conv_transpose_backward_data(f64(dd), f64(w), **no_op)
+    return oc.ConvTransposeBackwardData(**attrs), [dd, w], ref, oc_ // g * int(np.prod(k))
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_w", "bwd_d"])
+def test_polyphase_matches_the_reference(op: str, code: str):
+    """Random strided problems (1-D to 3-D, groups, pads, output_padding, kernels below
+    and above the stride), allocated and into out= (NaN-filled), against the reference."""
+    rng = np.random.default_rng({"fwd": 1, "bwd_w": 2, "bwd_d": 3}[op] + (10 if code == "bf16" else 0))
+    checked = 0
+    for _ in range(200):
+        call = _random_call(rng, op, code)
+        if call is None:
+            continue
+        instance, arrays, ref, reduction = call
+        problem = instance._problem(arrays, code)
+        assert (base.POLYPHASE in lowering.candidates(problem)) == polyphase.applies(problem)
+        if not polyphase.applies(problem):
+            continue
+        low = lowering.build(problem, base.POLYPHASE)
+        got = instance._plan_for(low, arrays, None, code).run(arrays, None)
+        out = np.full(ref.shape, np.nan, got.dtype)
+        into = instance._plan_for(low, arrays, out, code).run(arrays, out)
+        assert into is out
+        for result in (got, into):
+            assert_close(result, ref, code, reduction, f"{op} {code} {instance}")
+        checked += 1
+    bf16_native = oc.guards.dispatch_isa() in oc.guards.BF16_NATIVE
+    assert checked >= 60 or (code == "bf16" and (op == "bwd_d" or not bf16_native)), checked
+
+
+def test_the_op_says_it_ran_polyphase(monkeypatch):
+    """A tuned or ruled choice of the polyphase form shows in op.lowering with its phases."""
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+                        lowering.candidates(p)[0])
+    x = np.ones((1, 8, 4, 4), np.float32)
+    w = np.ones((8, 4, 4, 4), np.float32)
+    op = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
+    got = op(x, w)
+    assert op.lowering.startswith("Polyphase (4 phases, stride 1: "), op.lowering
+    assert_close(got, reference.conv_transpose(x, w, strides=2, pads_begin=1, pads_end=1, data_format="NCX",
+                                               weights_format="IOX"), "f32", 8 * 16)
