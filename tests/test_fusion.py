@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import ml_dtypes
@@ -11,7 +15,7 @@ import pytest
 
 import onednn_convt as oc
 from onednn_convt import Dequantize, PostOp, Quantize, reference
-from onednn_convt.post_ops import POST_OPS
+from onednn_convt.post_ops import INT8_SUM_AFTER_POST_OP, INT8_WITHOUT_VNNI, POST_OPS, library_sum
 
 from helpers import EPS, tolerance
 
@@ -33,6 +37,10 @@ UNARY_ATTRS: dict[str, dict[str, float]] = {
 }
 #: unary kinds defined for positive inputs only: run after Abs and Add of 0.25
 POSITIVE = ("Log", "Sqrt")
+#: the ISA oneDNN dispatches to here, and whether its int8 kernels have VNNI: without, every
+#: int8 call runs unfused (guard int8_without_vnni: README, Deviations)
+ISA = oc.guards.dispatch_isa()
+INT8_FUSES = ISA not in INT8_WITHOUT_VNNI
 
 
 def layout(data_format: str, n: int = 2, c: int = 4, x: int = 5) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -285,7 +293,7 @@ def test_int8_against_the_reference(src_code: str, dst: str | None, per_channel:
     chain = [PostOp("ReLU")]
     op = oc.ConvTranspose(**ATTRS, groups=groups, **fmt, post_ops=chain, **q)
     got = op(x, w, bias)
-    assert op.fused is True, op.lowering
+    assert op.fused is INT8_FUSES, op.lowering
     ref = reference.fused_conv_transpose(x, w, bias, post_ops=chain, **q, **ATTRS, groups=groups, **fmt)
     want = np.float32 if dst is None else {"u8": np.uint8, "s8": np.int8}[dst]
     assert got.dtype == want
@@ -314,7 +322,8 @@ def test_int8_depthwise_on_the_convolution(per_channel: bool, data_format: str) 
     attrs = dict(groups=c, pads_begin=1, pads_end=(0, 2), **fmt)
     op = oc.ConvTranspose(**attrs, post_ops=["ReLU"], **q)
     got = op(x, w, bias)
-    assert op.fused is True and (op.lowering or "").startswith("Dequantize+Convolution+"), op.lowering
+    assert (op.fused is True and (op.lowering or "").startswith("Dequantize+Convolution+")) if INT8_FUSES \
+        else op.fused is False, op.lowering
     ref = reference.fused_conv_transpose(x, w, bias, post_ops=[PostOp("ReLU")], **q, **attrs)
     np.testing.assert_array_equal(got.astype(np.float64), ref)
     assert len(np.unique(got)) > 3
@@ -333,10 +342,248 @@ def test_int8_sum_post_op_and_chain(other_dtype: Any) -> None:
     op = oc.ConvTranspose(**ATTRS, **formats("NCX"), post_ops=chain, **q)
     got = op(x, w, None, other, per_channel)
     # an s8 sum into a u8 dst: oneDNN 3.2 fuses it wrongly, so it runs unfused
-    assert op.fused is (other_dtype == np.uint8), op.lowering
+    assert op.fused is (other_dtype == np.uint8 and INT8_FUSES), op.lowering
     ref = reference.fused_conv_transpose(x, w, None, [other, per_channel], post_ops=chain, **q, **ATTRS,
                                          **formats("NCX"))
     np.testing.assert_array_equal(got.astype(np.float64), ref)
+
+
+#: int8 data the non-VNNI kernels get wrong: int8_fused_wrong.py's case 110 (u8 src with zero
+#: point 17, s8 weights, IOX, NXC, stride 2, LeakyReLU then Add of an f32 dst-shaped tensor),
+#: which oneDNN 3.2 returned as 231.36 where 318.0 is right
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def int8_unary_add_case(seed: int, unary: str, src_code: str, zp: int, data_format: str, oc_: int,
+                        stride: int, add_first: bool = False) -> tuple[Any, ...]:
+    """A full-range int8 problem (s8 weights in [-128, 127]) with ``unary`` and an Add of an
+    f32 dst-shaped tensor, in that order (or the Add first): (op, args, reference)."""
+    rng = np.random.default_rng(seed)
+    ic = 4
+    src_shape = (1, 4, 4, ic) if data_format == "NXC" else (1, ic, 4, 4)
+    x = (rng.integers(0, 256, src_shape).astype(np.uint8) if src_code == "u8"
+         else rng.integers(-128, 128, src_shape).astype(np.int8))
+    w = rng.integers(-128, 128, (ic, oc_, 2, 2)).astype(np.int8)
+    attrs = {"strides": stride, "data_format": data_format, "weights_format": "IOX"}
+    q = {"src_dequantize": Dequantize(scales=0.25, zps=zp), "weights_dequantize": Dequantize(scales=0.0625)}
+    shape = reference.fused_conv_transpose(x, w, **q, **attrs).shape
+    res = rng.integers(-4, 5, shape).astype(np.float32)
+    unary_op = PostOp(unary, **UNARY_ATTRS.get(unary, {}))
+    chain = [PostOp("Add"), unary_op] if add_first else [unary_op, PostOp("Add")]
+    op = oc.ConvTranspose(**attrs, post_ops=chain, **q)
+    ref = reference.fused_conv_transpose(x, w, None, [res], post_ops=chain, **q, **attrs)
+    return op, (x, w, None, res), ref
+
+
+def expected_int8_guard(sum_index: int | None) -> str | None:
+    """The guard that routes an int8 call whose library sum is post-op ``sum_index`` here."""
+    if ISA in INT8_WITHOUT_VNNI:
+        return "int8_without_vnni"
+    if ISA in INT8_SUM_AFTER_POST_OP and (sum_index or 0) > 0:
+        return "int8_sum_after_post_op"
+    return None
+
+
+def test_int8_unary_then_add_never_runs_on_the_saturating_avx2_kernel() -> None:
+    """oneDNN 3.2 runs an int8 chain whose "sum" (an Add of a dst-shaped tensor) follows
+    another post-op on jit_uni_int8:avx2 where the AVX-512 kernels refuse it; without VNNI its
+    u8 x s8 products saturate at 16 bits (s8 src: its weights are halved). Such calls run
+    unfused on the ISA levels with that fallback, every result is right (this file runs under
+    each ISA cap too: test_isa_matrix), and the Add-first and unary-only chains stay fused."""
+    d = np.load(DATA / "int8_case_110.npz")
+    attrs = {"strides": 2, "data_format": "NXC", "weights_format": "IOX"}
+    q = {"src_dequantize": Dequantize(scales=0.25, zps=17), "weights_dequantize": Dequantize(scales=0.0625)}
+    chain = [PostOp("LeakyReLU", alpha=0.25), PostOp("Add")]
+    op = oc.ConvTranspose(**attrs, post_ops=chain, **q)
+    got = op(d["src"], d["w"], None, d["arr_0"])
+    ref = reference.fused_conv_transpose(d["src"], d["w"], None, [d["arr_0"]], post_ops=chain, **q, **attrs)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3)
+    # its kernel (1, 2) under stride 2 leaves rows no tap reaches, and src has a zero point:
+    # where the sum guard does not apply, the compensation guard does
+    want = expected_int8_guard(1) or "int8_compensation_in_tapless_rows"
+    assert op.guard == want and op.fused is False, op.lowering
+    cases = 0
+    for seed in range(16):
+        for add_first in (False, True):
+            unary = ("ReLU", "Abs", "LeakyReLU", "Square")[seed % 4]
+            op, args, ref = int8_unary_add_case(seed, unary, ("u8", "s8")[seed % 2], (0, 17)[seed // 2 % 2],
+                                                ("NXC", "NCX")[seed // 4 % 2], (1, 3, 16, 17)[seed % 4],
+                                                1 + seed // 8, add_first)
+            got = op(*args)
+            scale = max(1.0, float(np.abs(ref).max()))
+            assert np.abs(got - ref).max() <= 1e-5 * scale, (seed, add_first, op.lowering)
+            assert op.guard == expected_int8_guard(0 if add_first else 1), (seed, add_first, op.lowering)
+            cases += 1
+    assert cases == 32
+
+
+def test_int8_full_range_values_are_right_without_vnni() -> None:
+    """Without VNNI (ISA levels sse41 to avx512_core), oneDNN 3.2's int8 kernels saturate u8 x
+    s8 pairs (255 * 127 * 2 > 32767) and halve an s8 src's weights (1 becomes 0): there every
+    int8 call runs unfused, in f32; elsewhere the plain int8 graph is fused and exact."""
+    q = {"src_dequantize": Dequantize(scales=1.0), "weights_dequantize": Dequantize(scales=1.0)}
+    for x, w in ((np.full((1, 3, 3, 8), 255, np.uint8), np.full((2, 2, 4, 8), 127, np.int8)),
+                 (np.full((1, 3, 3, 8), -7, np.int8), np.ones((2, 2, 4, 8), np.int8))):
+        op = oc.ConvTranspose(**q)
+        got = op(x, w)
+        np.testing.assert_array_equal(got, reference.fused_conv_transpose(x, w, **q))
+        assert op.fused is INT8_FUSES and op.guard == expected_int8_guard(None), op.lowering
+
+
+@pytest.mark.parametrize("src_code", ["u8", "s8"])
+@pytest.mark.parametrize("rank", [1, 2])
+def test_int8_output_padding_past_pads_end_keeps_the_last_taps(src_code: str, rank: int) -> None:
+    """oneDNN 3.2's int8 deconvolution kernels (jit_deconvolution:avx512_core_vnni,
+    jit_uni_int8:avx2_vnni) drop the last src column's taps where the width's output_padding
+    exceeds its pads_end (k2 s2 output_padding 1 gave [1 1 2 2 0 0 0] for [1 1 2 2 3 3 0]):
+    such int8 calls run unfused; output_padding up to pads_end, or past it in the height
+    only, stays fused."""
+    rng = np.random.default_rng(rank)
+    c, x = 16, 3
+    for pads_end, dst in ((0, None), (1, Quantize(scales=4.0, zps=3, dtype="u8"))):
+        attrs = {"strides": 2, "pads_begin": 0, "pads_end": pads_end, "output_padding": 1, "data_format": "NXC",
+                     "weights_format": "IOX"}
+        shape = (1, *(x,) * rank, c)
+        src = (rng.integers(0, 50, shape).astype(np.uint8) if src_code == "u8"
+               else rng.integers(-50, 50, shape).astype(np.int8))
+        w = rng.integers(-60, 60, (c, c, *(2,) * rank)).astype(np.int8)
+        q = {"src_dequantize": Dequantize(scales=0.5, zps=3), "weights_dequantize": Dequantize(scales=0.25),
+                 "dst_quantize": dst}
+        op = oc.ConvTranspose(**attrs, **q)
+        got = np.asarray(op(src, w), np.float64)
+        ref = reference.fused_conv_transpose(src, w, **q, **attrs)
+        if dst is None:
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-4)
+        else:  # output_padding == pads_end: fused where int8 fuses, exact
+            np.testing.assert_array_equal(got, ref)
+        want = ("int8_without_vnni" if not INT8_FUSES else
+                "int8_output_padding_past_pads" if pads_end == 0 else None)
+        assert op.guard == want and op.fused is (want is None), op.lowering
+    if rank == 2:  # past pads_end in the height only: right on every kernel measured
+        attrs = {"strides": 2, "output_padding": (1, 0), "data_format": "NXC", "weights_format": "IOX"}
+        op = oc.ConvTranspose(**attrs, **q)
+        np.testing.assert_array_equal(np.asarray(op(src, w), np.float64),
+                                      reference.fused_conv_transpose(src, w, **q, **attrs))
+        assert op.fused is INT8_FUSES, op.lowering
+
+
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_int8_compensation_in_rows_no_tap_reaches_is_right(data_format: str) -> None:
+    """An s8 src or a src zero point makes oneDNN 3.2's int8 deconvolution kernels add a
+    compensation per output row; in a height or depth dim whose stride exceeds the dilated
+    kernel, rows no tap reaches came out as garbage (1e8, different from run to run). Such
+    calls run unfused; a u8 src with zero point 0, or that gap in the width only, stays fused."""
+    rng = np.random.default_rng(3)
+    for src_code, zp, strides, routed in (("s8", 0, (3, 2), True), ("u8", 3, (3, 1), True), ("s8", 3, (4, 4), True),
+                                          ("u8", 0, (3, 2), False), ("s8", 3, (1, 3), False)):
+        shape = (2, 8, 3, 2) if data_format == "NCX" else (2, 3, 2, 8)
+        x = (rng.integers(0, 50, shape).astype(np.uint8) if src_code == "u8"
+             else rng.integers(-50, 50, shape).astype(np.int8))
+        w = rng.integers(-60, 60, (8, 4, 1, 1) if data_format == "NCX" else (1, 1, 4, 8)).astype(np.int8)
+        attrs = dict(strides=strides, **formats(data_format))
+        q = {"src_dequantize": Dequantize(scales=0.5, zps=zp), "weights_dequantize": Dequantize(scales=0.25)}
+        for again in range(3):  # the garbage differed from run to run
+            op = oc.ConvTranspose(**attrs, **q)
+            got = op(x, w)
+            np.testing.assert_allclose(got, reference.fused_conv_transpose(x, w, **q, **attrs), rtol=1e-6, atol=1e-4)
+        want = ("int8_without_vnni" if not INT8_FUSES else "int8_compensation_in_tapless_rows" if routed else None)
+        assert op.guard == want and op.fused is (want is None), (src_code, zp, strides, op.lowering)
+
+
+@pytest.mark.parametrize("oc_", [64, 96])
+def test_int8_quantize_zero_point_survives_a_split_off_binary_post_op(oc_: int) -> None:
+    """A binary post-op whose tensor the deconvolution kernel cannot broadcast (per channel
+    and row; the gemm kernel of a dilated strided problem) runs as its own primitive, then
+    the Quantize as a reorder into the NCX u8 dst, which dropped the zero point when OC is a
+    multiple of 64 (every value 26 too low). Such calls run unfused; OC 96 stays fused."""
+    rng = np.random.default_rng(4)
+    attrs = {"strides": (4, 3), "dilations": (2, 1), "pads_begin": (1, 0), "pads_end": (1, 1), "data_format": "NCX",
+                 "weights_format": "XOI"}
+    x = rng.integers(0, 256, (2, 16, 3, 6)).astype(np.uint8)
+    w = rng.integers(-128, 128, (3, 4, oc_, 16)).astype(np.int8)
+    q = {"src_dequantize": Dequantize(scales=0.01), "weights_dequantize": Dequantize(scales=0.006),
+             "dst_quantize": Quantize(scales=0.05, zps=26, dtype="u8")}
+    other = rng.uniform(-2, 2, (1, oc_, 11, 1)).astype(np.float32)  # per channel and row
+    op = oc.ConvTranspose(**attrs, post_ops=["Multiply"], **q)
+    got = op(x, w, None, other)
+    ref = reference.fused_conv_transpose(x, w, None, [other], post_ops=[PostOp("Multiply")], **q, **attrs)
+    np.testing.assert_array_equal(got.astype(np.float64), ref)
+    want = ("int8_without_vnni" if not INT8_FUSES else "int8_quantize_zero_point_dropped" if oc_ == 64 else None)
+    assert op.guard == want and op.fused is (want is None), op.lowering
+
+
+def test_int8_compensation_where_no_tap_reaches_the_width_is_right() -> None:
+    """Taps that all fall in the pads or between dilated taps along the width (k2 d2 pads
+    1/1 over one src column): with a src zero point, brgconv returned garbage (1e6) for OC
+    512. Such calls run unfused; without a zero point (u8) the same call stays fused."""
+    rng = np.random.default_rng(5)
+    attrs = {"dilations": (1, 2), "pads_begin": (0, 1), "pads_end": (2, 1), "data_format": "NCX",
+             "weights_format": "IOX"}
+    x = rng.integers(0, 50, (2, 16, 1, 1)).astype(np.uint8)
+    w = rng.integers(-60, 60, (16, 512, 4, 2)).astype(np.int8)
+    for zp in (7, 0):
+        q = {"src_dequantize": Dequantize(scales=1.0, zps=zp), "weights_dequantize": Dequantize(scales=1.0)}
+        op = oc.ConvTranspose(**attrs, **q)
+        np.testing.assert_allclose(op(x, w), reference.fused_conv_transpose(x, w, **q, **attrs), atol=1e-4)
+        want = ("int8_without_vnni" if not INT8_FUSES else "int8_compensation_in_tapless_rows" if zp else None)
+        assert op.guard == want and op.fused is (want is None), op.lowering
+
+
+def test_library_sum_is_the_first_add_of_a_dst_shaped_tensor() -> None:
+    dst = (2, 3, 4, 4)
+    relu, add, mul = PostOp("ReLU"), PostOp("Add"), PostOp("Multiply")
+    assert library_sum([relu, add], [dst], dst) == 1
+    assert library_sum([add, relu, add], [dst, dst], dst) == 0
+    assert library_sum([mul, add], [dst, dst], dst) == 1  # a Multiply stays binary
+    assert library_sum([add, add], [(1, 3, 1, 1), dst], dst) == 1  # per channel: binary
+    assert library_sum([relu, add], [(1, 1, 1, 1)], dst) is None
+    assert library_sum([relu], [], dst) is None
+
+
+@pytest.mark.parametrize("level", ["AVX2", "AVX512_CORE_BF16"])
+def test_int8_routes_hold_under_isa_caps(level: str) -> None:
+    """The two int8 routes, in a child capped at ``level`` (where this CPU has it, the
+    non-VNNI kernels run there): full-range int8 chains match the reference."""
+    code = (
+        "import numpy as np, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        "import test_fusion as t\n"
+        "t.test_int8_unary_then_add_never_runs_on_the_saturating_avx2_kernel()\n"
+        "t.test_int8_full_range_values_are_right_without_vnni()\n"
+        "t.test_int8_output_padding_past_pads_end_keeps_the_last_taps('s8', 2)\n"
+        "t.test_int8_compensation_in_rows_no_tap_reaches_is_right('NCX')\n"
+        "print(t.ISA)\n"
+    )
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA=level)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("chain", [["ReLU"], ["Multiply"], ["ReLU", "Add"]])
+def test_fused_size_one_dims_with_odd_strides_reach_the_library_as_plain_calls_do(code: str, chain: list[str]) -> None:
+    """IC = OC = 1 and kernel 1 (depthwise, stride 1: the Convolution over flipped weights,
+    whose flip leaves a negative stride on a size-1 dim), and size-1 dims with zero or
+    negative strides in every input: the fused call presents them to oneDNN as the plain call
+    does (a bare AssertionError in ops._describe before)."""
+    dt = DTYPES[code]
+    x = np.ones((1, 2, 1), dt)
+    w = np.ones((1, 1, 1), dt)
+    other = np.full((1,), 2.0, dt)
+    cases = [
+        (x, w, other),
+        (x[:, :, ::-1], w[::-1, ::-1, ::-1], np.broadcast_to(other, (1, 1, 1))),  # negative / zero strides
+        (np.broadcast_to(np.arange(2, dtype=dt)[None, :, None], (1, 2, 1)), w[..., None][..., 0], other[None]),
+    ]
+    for src, weights, operand in cases:
+        op = oc.ConvTranspose(weights_format="IOX", post_ops=chain)
+        operands = [operand] * sum(POST_OPS[k].is_binary for k in chain)
+        got = op(src, weights, None, *operands)
+        ref = reference.fused_conv_transpose(src, weights, None, operands, post_ops=[PostOp(k) for k in chain],
+                                             weights_format="IOX")
+        np.testing.assert_allclose(np.asarray(got, np.float64), ref, rtol=1e-2)
+        assert op.fused is True, op.lowering
 
 
 # -- errors -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import dtypes, interop
+from . import dtypes, interop, limits
 
 if TYPE_CHECKING:
     from .ops import _WeightsOp
@@ -46,7 +46,17 @@ class ConstantWeights:
         if dtypes.code_of(w.dtype) is None:
             msg = f"{name}: argument 'weights' expected dtype {dtypes.expected_names()}, got {w.dtype}"
             raise TypeError(msg)
-        copy = np.empty(w.shape, w.dtype)  # C-contiguous and aligned: the fast path takes it
+        op._check_rank("weights", w)
+        limit = limits.memory_limit()
+        if limit is not None and w.nbytes > limit:  # a huge broadcast view: its copy would not fit
+            msg = (f"{name}: copying the weights {w.shape} takes {limits.format_bytes(w.nbytes)}, over the "
+                   f"memory limit of {limits.format_bytes(limit)} (onednn_convt.set_memory_limit)")
+            raise MemoryError(msg)
+        try:
+            copy = np.empty(w.shape, w.dtype)  # C-contiguous and aligned: the fast path takes it
+        except MemoryError:
+            msg = f"{name}: copying the weights {w.shape} takes {limits.format_bytes(w.nbytes)}: out of memory"
+            raise MemoryError(msg) from None
         copy[...] = w
         copy.flags.writeable = False
         private = object.__new__(type(op))

@@ -27,7 +27,8 @@ from . import lowering as lowering_rules
 from .lowering import base as lowerings
 from .lowering import matmul_tiles
 from .errors import UnsupportedError
-from .post_ops import INT8_DTYPES, Dequantize, PostOp, Quantize, as_post_ops
+from .post_ops import (INT8_DTYPES, INT8_SUM_AFTER_POST_OP, INT8_WITHOUT_VNNI, Dequantize, PostOp, Quantize,
+                       as_post_ops, library_sum)
 
 if TYPE_CHECKING:
     from .ops import ConvTranspose
@@ -331,10 +332,13 @@ def is_whole(a: np.ndarray, out: np.ndarray) -> bool:
 
 
 def _positive(a: np.ndarray) -> np.ndarray:
-    """``a``, or a C-contiguous copy where its strides are not positive or it is misaligned."""
-    if a.flags.aligned and all(st > 0 for st in a.strides):
-        return a
-    return np.ascontiguousarray(a)
+    """``a`` as the plain op presents it to oneDNN (:func:`onednn_convt.ops._fixed_view`):
+    itself; a view with positive strides where only size-1 dims have zero or negative ones
+    (``x[None]``, a flipped size-1 kernel dim, which ``np.ascontiguousarray`` keeps as they
+    are); or an aligned C-contiguous copy (other non-positive strides, strides that do not
+    nest, misaligned data)."""
+    fix = ops._fixed_view(a)
+    return a if fix is None else fix(a)
 
 
 def library_inputs(arrays: Sequence[Any], has_bias: bool, operand_shapes: Sequence[tuple[int, ...]],
@@ -349,13 +353,31 @@ def library_inputs(arrays: Sequence[Any], has_bias: bool, operand_shapes: Sequen
         args = [dtypes.to_f32(a) for a in args]
     if prepare is not None:  # the weights, second: the rest passes through
         args = prepare(args)
-    return args if emulated else [_positive(a) for a in args]
+    return [_positive(a) for a in args]  # also after prepare (a flipped view)
 
 
 def _weights_axis(weights_format: str, rank: int) -> int:
     """The O dim of the weights (IOX: 1, XOI: rank - 2; a Convolution's OIX: 0, XIO:
     rank - 1): the per-channel axis of int8 weights."""
     return {"IOX": 1, "XOI": rank - 2, "OIX": 0, "XIO": rank - 1}[weights_format]
+
+
+def _width_reached(op: ConvTranspose, src_shape: Sequence[int], out_shape: Sequence[int],
+                   kernel: Sequence[int], stride: int) -> bool:
+    """Whether some tap of the ConvTranspose lands on a dst position along the width (the
+    last spatial dim): some src column ``i`` and kernel tap ``j`` with ``0 <= stride * i +
+    dilation * j - pads_begin < dst width``."""
+    fmt = op.attrs["data_format"]
+    x = src_shape[-1] if fmt == "NCX" else src_shape[-2]
+    width = out_shape[-1] if fmt == "NCX" else out_shape[-2]
+    geometry = op._geometry(len(kernel), kernel)
+    d, pb = geometry.dilations[-1], geometry.pads_begin[-1]
+    for j in range(kernel[-1]):
+        lo = max(0, -((d * j - pb) // stride))  # ceil((pb - d*j) / stride)
+        hi = min(x - 1, (pb - d * j + width - 1) // stride)
+        if lo <= hi:
+            return True
+    return False
 
 
 def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray], *,
@@ -416,6 +438,95 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         # measured on Sapphire Rapids under every ONEDNN_MAX_CPU_ISA from AVX2 to AMX): unfused
         unfused = True
         reason = "oneDNN 3.2 computes a fused sum whose tensor's dtype differs from dst's wrongly"
+    isa = guards.dispatch_isa() if f.int8 and not unfused else ""
+    if isa in INT8_WITHOUT_VNNI:
+        # oneDNN 3.2's int8 kernels without VNNI (jit_uni_int8:sse41/avx2, jit_uni_int8_1x1,
+        # jit_deconvolution:avx512_core, brgconv_1x1:avx512_core, x64:gemm_s8u8s32/s8s8s32:jit)
+        # multiply with vpmaddubsw: a u8 src's pairs of products saturate at 16 bits (possible
+        # once a weight exceeds 64 in magnitude), and for an s8 src the library shifts src by
+        # 128 and halves the weights, dropping their low bit (weights 0/1 give 0). Measured on
+        # an AMD Zen5 (AVX-512 VNNI/BF16, AVX-VNNI) under ONEDNN_MAX_CPU_ISA=SSE41, AVX, AVX2,
+        # AVX512_CORE: 60-100% of random int8 problems wrong (full-range u8/s8 src and s8
+        # weights), with or without post-ops and zero points; 0 of 100 under AVX2 with a u8 src and
+        # weights within [-64, 63]; under AVX2_VNNI and every AVX-512 VNNI level, 0 of 400 without the
+        # case below. The oneDNN guide "Nuances of int8 computations" documents the non-VNNI
+        # saturation. Every int8 call, unfused: its f32 path is exact.
+        unfused, guard = True, "int8_without_vnni"
+        reason = (f"oneDNN 3.2's int8 kernels without VNNI (dispatch ISA {isa}) saturate u8 x s8 "
+                  "products at 16 bits and halve s8-src weights")
+    elif isa in INT8_SUM_AFTER_POST_OP and (library_sum(f.post_ops, operand_shapes, out_shape) or 0) > 0:
+        # The library runs the first Add of a dst-shaped tensor as its "sum" post-op (a later
+        # one stays a binary Add). After another post-op (ReLU, Abs, LeakyReLU, Square, any
+        # unary; a per-channel or one-valued binary), its AVX-512 int8 deconvolution
+        # (jit_deconvolution:avx512_core_vnni) refuses that chain, and where brgemm
+        # (brgconv*:avx512_core_vnni) or gemm does not take the shape either (small channel
+        # counts, 1x1, some strided shapes), oneDNN 3.2 falls back to jit_uni_int8:avx2: the
+        # saturating kernel above, where the CPU lacks AVX-VNNI or the ISA cap excludes it.
+        # Measured (ONEDNN_VERBOSE names the kernel) on a Zen5 under ONEDNN_MAX_CPU_ISA=
+        # AVX512_CORE_VNNI and AVX512_CORE_BF16: every wrong result of 1,200 random int8
+        # chains ran jit_uni_int8:avx2 with sum after another post-op (25 of 120 in the unary +
+        # Add reproducer's scan), with any zero point, both data formats, any OC and stride; Add
+        # before the unary, the unary alone and non-dst-shaped Adds were right. Uncapped, and
+        # under AVX512_CORE_FP16 and AMX caps, the fallback is jit_uni_int8:avx2_vnni, right
+        # (also Sapphire Rapids, which has AVX-VNNI); the dispatch ISA cannot tell AVX-VNNI
+        # apart, so a Zen5 at avx512_core_bf16 is routed too (correct, unfused). Unfused.
+        unfused, guard = True, "int8_sum_after_post_op"
+        reason = (f"oneDNN 3.2 runs an int8 sum after another post-op on its avx2 kernel without "
+                  f"VNNI (dispatch ISA {isa}), which saturates u8 x s8 products")
+    elif isa and (schema.per_dim(name, "output_padding", op.attrs["output_padding"], spatial)[-1]
+                  > op._geometry(spatial, kernel).pads_end[-1]):
+        # oneDNN 3.2's int8 deconvolution kernels (jit_deconvolution:avx512_core_vnni, the
+        # x8s8s32x kernel, and jit_uni_int8:avx2_vnni) drop the taps of the last src
+        # column(s) where the width's output_padding exceeds its pads_end (the library's right
+        # padding is then negative): k2 s2 output_padding 1 gives [1 1 2 2 0 0 0] for
+        # [1 1 2 2 3 3 0]. Measured on a Zen5 (ONEDNN_VERBOSE names the kernel), u8 and s8
+        # src, any zero point, with and without Quantize: in the width, 127 of 301 random 2-D
+        # and 3-D problems on jit_deconvolution:avx512_core_vnni wrong (51 of 195 in a 1-D
+        # sweep), 4 of 75 on jit_uni_int8:avx2_vnni (AVX2_VNNI cap); 0 of 296 with that in
+        # the height or depth only, 0 on brgconv_strided and gemm, 0 of about 700 with
+        # output_padding <= pads_end. Which kernel a shape gets is the library's choice (and
+        # within it the width blocking depends on OC): every such int8 call, unfused.
+        unfused, guard = True, "int8_output_padding_past_pads"
+        reason = ("oneDNN 3.2's int8 deconvolution drops the last src taps where output_padding "
+                  "exceeds pads_end")
+    elif isa and (src.dtype == np.int8 or (f.src_dequantize is not None and f.src_dequantize.has_zero_points)) and any(
+            st > d * (k - 1) + 1 for st, k, d in zip(strides[:-1], kernel[:-1], op._geometry(spatial, kernel).dilations)):
+        # The same kernels compute the compensation of an s8 src (the library shifts it to u8
+        # and subtracts 128 x the weights' sums) and of a src zero point per output row; in a
+        # depth or height dim whose stride exceeds the dilated kernel, the rows no tap reaches
+        # get garbage (1e8 and more, different from run to run) in some of them. Measured
+        # (Zen5, ONEDNN_VERBOSE): 48 of 137 such 2-D and 31 of 87 3-D random problems wrong on
+        # jit_deconvolution:avx512_core_vnni, 38 of 112 on jit_uni_int8:avx2_vnni (AVX2_VNNI
+        # cap); none with a u8 src and zero point 0, none with that gap in the width only,
+        # none on brgconv and gemm. Unfused.
+        unfused, guard = True, "int8_compensation_in_tapless_rows"
+        reason = ("oneDNN 3.2's int8 deconvolution writes garbage into rows no tap reaches when "
+                  "it compensates an s8 src or a src zero point")
+    elif (isa and (src.dtype == np.int8 or (f.src_dequantize is not None and f.src_dequantize.has_zero_points))
+          and not _width_reached(op, src.shape, out_shape, kernel, strides[-1])):
+        # The same compensation where no tap reaches any dst position along the width (its
+        # taps all fall in the pads or between dilated taps: k2 d2 pads 1/1 over a src width
+        # of 1): brgconv:avx512_core_vnni (stride 1) returned garbage (1e6, differing from
+        # run to run) for OC >= 512 in 4 of about 40 such 2-D problems measured (Zen5), none
+        # for OC below 512; an output that is bias and compensation alone. Unfused.
+        unfused, guard = True, "int8_compensation_in_tapless_rows"
+        reason = ("oneDNN 3.2's int8 deconvolution writes garbage where no tap reaches the width "
+                  "when it compensates an s8 src or a src zero point")
+    elif (isa and f.dst_quantize is not None and f.dst_quantize.has_zero_points and op.attrs["data_format"] == "NCX"
+          and oc % 64 == 0 and any(shape != out_shape and any(d != 1 for i, d in enumerate(shape) if i != 1)
+                                   for shape in operand_shapes)):
+        # Where the deconvolution kernel does not take a binary post-op's broadcast (per
+        # batch, per channel and row, ...: the gemm kernel, x64:gemm_s8u8s32:jit, which the
+        # library picks for a dilated strided problem, say), oneDNN 3.2 runs the post-ops as a
+        # binary primitive and the Quantize as a reorder from channels-last f32 into the NCX
+        # u8/s8 dst; that reorder (jit:uni) drops dst's zero point when OC is a multiple of
+        # 64: results zps too low (clipped at the type's bound). Measured on a Zen5
+        # (ONEDNN_VERBOSE): every such call with OC 64, 128, 192, 256, 320 wrong (20-100% of
+        # the elements), none with OC 16-160 not a multiple of 64, with zero point 0, in NXC,
+        # or with one-valued, per-channel or dst-shaped tensors (fused into the kernel).
+        unfused, guard = True, "int8_quantize_zero_point_dropped"
+        reason = ("oneDNN 3.2 drops a Quantize zero point in the reorder it runs after a split-off "
+                  "binary post-op (NCX, OC a multiple of 64)")
     # the plain op's lowering by the measured rules: the MatMul core, or bf16/f16 in f32
     problem = op._problem([src, w, bias], code)
     plain_rule = "" if f.int8 else lowering_rules.rule(problem, native=op.strict)
@@ -456,11 +567,12 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         if not emulated and code in ("bf16", "f16"):
             op._NATIVE_FUSED[code] = True
         return _fused_plan(core, compiled, emulated, code, out_shape, guard, arrays, plan_args)
-    if f.int8 and not unfused:  # compiled as one partition, then refused (a bad combination)
-        raise UnsupportedError(f"{name}: oneDNN refuses this int8 call: {reason}", 3)
+    # an int8 graph the library builds as one partition and then has no kernel for (status 3:
+    # a depthwise, dilated Convolution core, say) runs unfused too: the f32 path has kernels
     why = reason.split(": ", 1)[-1].split(" (oneDNN")[0] if reason else "not compiled"
     before = "Dequantize in NumPy, " if f.int8 else ""
-    kind = f"{before}ConvTranspose (f32), then {', '.join(f.after(bias is not None))} in NumPy ({why})"
+    rest = ", ".join(f.after(bias is not None))
+    kind = f"{before}ConvTranspose (f32){f', then {rest} in NumPy' if rest else ''} ({why})"
     return FusedPlan(lowering=FusedLowering(kind, out_shape, 1, False, guard), **plan_args)  # type: ignore[arg-type]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import numbers
 import os
 from typing import Any, Callable
 
@@ -58,15 +59,16 @@ def dtype_support() -> dict[str, dict[str, str]]:
 
 
 def info() -> dict[str, Any]:
-    """oneDNN version and commit, library path, CPU runtime, the ISA oneDNN dispatches to
+    """This package's version (``onednn_convt_version``), oneDNN version and commit, library path, CPU runtime, the ISA oneDNN dispatches to
     (``ONEDNN_MAX_CPU_ISA`` honoured), threads, dtype support, the guards active on that ISA
     (:mod:`onednn_convt.guards`), which measured rules pick the lowerings
     (:func:`onednn_convt.lowering.rules.report`), whether autotuning is on and where its choices are
     kept (:mod:`onednn_convt.lowering.autotune`) and the compile cache counters."""
-    from . import LIBDNNL_PATH
+    from . import LIBDNNL_PATH, __version__
 
     v = _core.version()
     return {
+        "onednn_convt_version": __version__,
         "onednn_version": f"{v['major']}.{v['minor']}.{v['patch']}",
         "onednn_commit": v["hash"],
         "libdnnl": os.path.realpath(LIBDNNL_PATH) if os.path.sep in LIBDNNL_PATH else LIBDNNL_PATH,
@@ -93,11 +95,12 @@ def set_cache_capacity(capacity: int) -> None:
         TypeError: ``capacity`` is not an int.
         ValueError: ``capacity`` is negative.
     """
-    if not isinstance(capacity, int) or isinstance(capacity, bool):
+    if not isinstance(capacity, numbers.Integral) or isinstance(capacity, (bool, np.bool_)):
         msg = f"set_cache_capacity: argument 'capacity' expected an int >= 0, got {capacity!r}"
         raise TypeError(msg)
-    if capacity < 0:
-        msg = f"set_cache_capacity: argument 'capacity' expected an int >= 0, got {capacity!r}"
+    capacity = int(capacity)
+    if not 0 <= capacity <= 2**63 - 1:
+        msg = f"set_cache_capacity: argument 'capacity' expected an int in [0, 2**63 - 1], got {capacity!r}"
         raise ValueError(msg)
     _core.set_cache_capacity(capacity)
     _library_caches([capacity])

@@ -45,11 +45,33 @@ Array = TypeVar("Array", bound=SupportsDLPack)
 
 
 def foreign(inputs: Sequence[Any], out: Any) -> bool:
-    """Whether a call holds anything but NumPy arrays, None and plain Python values."""
+    """Whether a call holds anything but plain NumPy arrays, None and plain Python values:
+    torch tensors, DLPack producers, and NumPy subclasses (``np.memmap``, a user's own),
+    which :func:`adapt` views as plain arrays first."""
     for x in (*inputs, out):
-        if x is not None and type(x) is not np.ndarray and hasattr(x, "__dlpack__"):
+        if x is not None and type(x) is not np.ndarray and (isinstance(x, np.ndarray) or hasattr(x, "__dlpack__")):
             return True
     return False
+
+
+def plain(op_name: str, name: str, x: np.ndarray) -> np.ndarray:
+    """An instance of an ndarray subclass as a plain ndarray over the same memory (flags
+    kept: a read-only memmap stays read-only; ``out=`` is written through it). The ops
+    compute on the memory, not through the subclass's methods.
+
+    Raises:
+        TypeError: ``x`` is a masked array: its mask cannot go to the library, and computing
+            on the values under it would silently ignore it.
+    """
+    if type(x) is np.ndarray:
+        return x
+    ma = sys.modules.get("numpy.ma")  # only a program that imported numpy.ma has masked arrays
+    if ma is not None and isinstance(x, ma.MaskedArray):
+        how = (f"pass {name}.data to write the result into its values" if name == "out" else
+               f"pass {name}.filled(value), or {name}.data to compute on every value")
+        msg = f"{op_name}: argument '{name}' is a masked array (numpy.ma.MaskedArray): masks are not supported; {how}"
+        raise TypeError(msg)
+    return x.view(np.ndarray)
 
 
 def _torch_tensor(x: Any) -> bool:
@@ -101,16 +123,36 @@ def _from_torch(op_name: str, name: str, t: Any) -> np.ndarray:
         raise TypeError(msg) from None
 
 
+def _device_type(op_name: str, name: str, x: Any) -> int:
+    """The DLPack device type ``x.__dlpack_device__()`` reports (the CPU where it has none)."""
+    if not hasattr(x, "__dlpack_device__"):
+        return _CPU
+    reported = x.__dlpack_device__()
+    try:
+        device = reported[0]
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
+            raise TypeError
+        return int(device)
+    except (TypeError, IndexError, KeyError):
+        msg = (f"{op_name}: argument '{name}' ({type(x).__name__}) reports its device as {reported!r}; "
+               "expected a DLPack (device type, device id) pair of ints")
+        raise TypeError(msg) from None
+
+
 def _from_dlpack(op_name: str, name: str, x: Any, writable: bool) -> np.ndarray:
-    device = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else _CPU
+    device = _device_type(op_name, name, x)
     if device != _CPU:
-        where = _DEVICES.get(int(device), f"DLPack device type {device}")
+        where = _DEVICES.get(device, f"DLPack device type {device}")
         msg = f"{op_name}: argument '{name}' is a {type(x).__name__} in {where} memory; expected CPU memory"
         raise TypeError(msg)
     try:
-        capsule = x.__dlpack__(max_version=(1, 0))
-    except TypeError:  # a producer older than DLPack 1.0
-        capsule = x.__dlpack__()
+        try:
+            capsule = x.__dlpack__(max_version=(1, 0))
+        except TypeError:  # a producer older than DLPack 1.0
+            capsule = x.__dlpack__()
+    except BufferError as e:  # the producer cannot export this array (the DLPack protocol's error)
+        msg = f"{op_name}: argument '{name}' ({type(x).__name__}) cannot be exported through DLPack: {e}"
+        raise TypeError(msg) from None
     try:
         array, read_only, device, versioned = _core.dlpack_import(capsule, _dtype_for)
     except TypeError as e:
@@ -189,13 +231,15 @@ def adapt(
         raise TypeError(msg)
     kind = next(iter(seen))
     arrays = tuple(
-        x if x is None or isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__") else to_numpy(op_name, n, x)
+        plain(op_name, n, x) if isinstance(x, np.ndarray)
+        else x if x is None or not hasattr(x, "__dlpack__") else to_numpy(op_name, n, x)
         for n, x in zip(names, inputs)
     )
-    if out is not None:
-        out_array = out if isinstance(out, np.ndarray) else to_numpy(op_name, "out", out, writable=True)
+    if out is not None:  # the caller's own object is the result, written in place
+        out_array = plain(op_name, "out", out) if isinstance(out, np.ndarray) else to_numpy(
+            op_name, "out", out, writable=True)
         return arrays, out_array, lambda _: out
-    if kind == "numpy":  # a subclass such as np.memmap: NumPy's own result
+    if kind == "numpy":  # a subclass such as np.memmap: a plain ndarray result
         return arrays, None, lambda a: a
     if kind == "torch":
         return arrays, None, to_torch

@@ -44,9 +44,9 @@ class ConvTransposeBackpropFilters:
         groups: int = 1, data_format: str = "NXC", filter_format: str = "XIO",
         filter_shape: Optional[Sequence[int]] = None, strict: bool = False,
     ) -> None:
-        if filter_format not in _FORMATS:
+        if not isinstance(filter_format, str) or filter_format not in _FORMATS:
             msg = f"{self.op_name}: attribute 'filter_format' expected XIO or OIX, got {filter_format!r}"
-            raise ValueError(msg)
+            raise (ValueError if isinstance(filter_format, str) else TypeError)(msg)
         weights_format, self._axes = _FORMATS[filter_format]
         if filter_shape is not None and not (
             hasattr(filter_shape, "__len__") and 3 <= len(filter_shape) <= 5 and not isinstance(filter_shape, str)

@@ -152,8 +152,14 @@ def set_debug_fill(enabled: bool) -> None:
 
     Args:
         enabled: True to fill (slower: each call allocates and fills), False for normal runs.
+
+    Raises:
+        TypeError: ``enabled`` is not a bool (``"False"`` would read as True).
     """
     global _fill
+    if not isinstance(enabled, (bool, np.bool_)):
+        msg = f"set_debug_fill: argument 'enabled' expected a bool (True or False), got {enabled!r}"
+        raise TypeError(msg)
     _fill = bool(enabled)
 
 

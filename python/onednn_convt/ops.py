@@ -215,7 +215,7 @@ class _Op:
 
     def __init__(self, attrs: dict[str, Any], strict: bool) -> None:
         self.attrs = schema.normalize(self.op_name, attrs)
-        self.strict = bool(strict)
+        self.strict = schema.check_bool(self.op_name, "strict", strict)
         self._plans: dict[Any, Any] = {}
         self.last_plan: Optional[Any] = None  # a _Plan, or a fusion.FusedPlan
         self._fast: Any = None  # the last plan's executor
@@ -294,13 +294,19 @@ class _Op:
 
     def _call(self, inputs: tuple[Any, ...], out: Any) -> Any:
         fast = self._fast
-        # the lean path: C++ checks the arrays match the last plan (off in debug-fill mode)
-        if fast is not None and not limits._fill and type(inputs[0]) is np.ndarray:  # else: torch, DLPack
-            try:
-                return fast.run(inputs if inputs[-1] is not None else inputs[:-1], out)
-            except _core.SignatureMismatch:
-                pass
-        if interop.foreign(inputs, out):  # torch or DLPack: NumPy views, then back
+        # the lean path: C++ checks the arrays match the last plan (off in debug-fill mode).
+        # Plain ndarrays only: torch, DLPack and ndarray subclasses take the checks below (C++
+        # would take a masked array's values and ignore its mask)
+        if fast is not None and not limits._fill and (out is None or type(out) is np.ndarray):
+            for x in inputs:
+                if x is not None and type(x) is not np.ndarray:
+                    break
+            else:
+                try:
+                    return fast.run(inputs if inputs[-1] is not None else inputs[:-1], out)
+                except _core.SignatureMismatch:
+                    pass
+        if interop.foreign(inputs, out):  # torch, DLPack, ndarray subclasses: NumPy views, then back
             arrays_in, out_array, wrap = interop.adapt(self.op_name, self.input_names, inputs, out)
             return wrap(self._call(arrays_in, out_array))
         arrays = [self._as_array(name, x) for name, x in zip(self.input_names, inputs)]
@@ -327,7 +333,9 @@ class _Op:
         return plan.run(arrays, out)
 
     def _as_array(self, name: str, x: Any) -> Any:
-        if isinstance(x, np.ndarray) or (x is None and name in self.input_names[2:]):
+        if isinstance(x, np.ndarray):
+            return interop.plain(self.op_name, name, x)  # a subclass (np.memmap): its memory
+        if x is None and name in self.input_names[2:]:
             return x  # None: an optional input (bias, weights_shape) not given
         if hasattr(x, "__dlpack__"):
             return interop.to_numpy(self.op_name, name, x)

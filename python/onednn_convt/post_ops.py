@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, NoReturn, Optional, Sequence, Union
 
 import numpy as np
 
 from . import reference
+from .schema import short_repr
 
 _F64 = np.ndarray
 
@@ -77,26 +78,91 @@ _BY_LOWER = {name.lower(): kind for name, kind in POST_OPS.items()}
 INT8_DTYPES: dict[str, np.dtype[Any]] = {"u8": np.dtype(np.uint8), "s8": np.dtype(np.int8)}
 QTYPES = ("per_tensor", "per_channel")
 
+#: Dispatch ISAs (:func:`onednn_convt.guards.dispatch_isa`) whose oneDNN 3.2 int8 kernels
+#: have no VNNI and compute wrong values: u8 x s8 products summed in pairs saturate at 16
+#: bits, and an s8 src's weights are halved (their low bit dropped). Int8 calls there run
+#: unfused, in f32 (:func:`onednn_convt.fusion.make_plan` has the measurements).
+INT8_WITHOUT_VNNI = frozenset({"default", "sse41", "avx", "avx2", "avx512_core"})
+#: Dispatch ISAs on which oneDNN 3.2 runs an int8 chain whose "sum" (:func:`library_sum`)
+#: follows another post-op on its avx2 int8 kernel, without VNNI where the CPU lacks AVX-VNNI
+#: (or the ISA cap excludes it): such calls run unfused.
+INT8_SUM_AFTER_POST_OP = frozenset({"avx512_core_vnni", "avx512_core_bf16"})
+
+
+#: float32's range: library attributes and scales are f32 (a value outside becomes inf, and
+#: a scale below the smallest normal f32 is flushed to 0 by the kernels)
+_F32 = np.finfo(np.float32)
+#: s32, the type oneDNN 3.2 keeps zero points in (a larger one wrapped around)
+S32 = (-(2**31), 2**31 - 1)
+#: the values of an 8-bit tensor (u8 and s8): a Dequantize's zero points
+INT8_VALUES = (-128, 255)
+
+
+def _values(where: str, name: str, value: Any, what: str, scalar: type) -> list[Any]:
+    """``value`` as a non-empty list of ``scalar`` numbers (bool excluded): one number, or a
+    list, tuple, range or 1-D NumPy array of them; TypeError otherwise."""
+    expected = f"{where}: attribute '{name}' expected {what} or a list of them"
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (list, tuple, range)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+        values = list(value)
+    elif isinstance(value, np.ndarray):
+        msg = f"{expected}, got an array of shape {value.shape}"
+        raise TypeError(msg)
+    else:
+        values = [value]
+    for v in values:
+        if not isinstance(v, scalar) or isinstance(v, (bool, np.bool_)):
+            msg = f"{expected}, got {short_repr(v)} ({type(v).__name__})"
+            raise TypeError(msg)
+    if not values:
+        msg = f"{expected}, got an empty {type(value).__name__}"
+        raise ValueError(msg)
+    return values
+
+
+def _as_f32(v: Any) -> float:
+    """``v`` rounded to float32, as the library takes it (inf where it overflows)."""
+    try:
+        f = float(v)
+    except OverflowError:  # an int beyond float64
+        return math.inf
+    with np.errstate(over="ignore"):
+        return float(np.float32(f))
+
 
 def _floats(where: str, name: str, value: Any) -> tuple[float, ...]:
-    values = [value] if isinstance(value, numbers.Real) else value
-    try:
-        out = tuple(float(v) for v in values)
-    except TypeError:
-        msg = f"{where}: attribute '{name}' expected a number or a list of numbers, got {value!r}"
-        raise TypeError(msg) from None
-    if not out or not all(math.isfinite(v) for v in out):
-        msg = f"{where}: attribute '{name}' expected finite numbers, got {value!r}"
+    """Numbers finite in float32 (the library's type for them), as given (float64)."""
+    values = _values(where, name, value, "a number", numbers.Real)
+    bad = [v for v in values if not math.isfinite(_as_f32(v))]
+    if bad:
+        msg = (f"{where}: attribute '{name}' expected finite float32 numbers (magnitude at most "
+               f"{float(_F32.max):.4g}), got {short_repr(bad[0])}")
+        raise ValueError(msg)
+    return tuple(float(v) for v in values)
+
+
+def _scales(where: str, name: str, value: Any) -> tuple[float, ...]:
+    """Scales: finite, non-zero and normal in float32 (either sign: the library computes
+    negative scales right, measured; smaller ones are flushed to 0 by its kernels)."""
+    out = _floats(where, name, value)
+    tiny = float(_F32.tiny)
+    bad = [v for v in out if abs(_as_f32(v)) < tiny]
+    if bad:
+        msg = (f"{where}: attribute '{name}' expected non-zero scales of magnitude {tiny:.4g} to "
+               f"{float(_F32.max):.4g} (normal float32 numbers), got {short_repr(bad[0])}")
         raise ValueError(msg)
     return out
 
 
-def _ints(where: str, name: str, value: Any) -> tuple[int, ...]:
-    values = [value] if isinstance(value, numbers.Integral) else value
-    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
-        msg = f"{where}: attribute '{name}' expected an int or a list of ints, got {value!r}"
-        raise TypeError(msg)
-    return tuple(int(v) for v in values)
+def _ints(where: str, name: str, value: Any, lo: int = S32[0], hi: int = S32[1], why: str = "s32") -> tuple[int, ...]:
+    """Integers (Python or NumPy; no bool, no floats) in [lo, hi]."""
+    out = tuple(int(v) for v in _values(where, name, value, "an int", numbers.Integral))
+    bad = [v for v in out if not lo <= v <= hi]
+    if bad:
+        msg = f"{where}: attribute '{name}' expected integers in [{lo}, {hi}] ({why}), got {short_repr(bad[0])}"
+        raise ValueError(msg)
+    return out
 
 
 @dataclass(frozen=True)
@@ -104,10 +170,19 @@ class Dequantize:
     """The library's Dequantize: ``f32 = (x - zps) * scales`` on a u8/s8 tensor.
 
     Args:
-        scales: one scale (``qtype="per_tensor"``) or one per index of dim ``axis``.
-        zps: zero points, as many as ``scales`` (default all 0).
+        scales: one scale (``qtype="per_tensor"``) or one per index of dim ``axis``: numbers
+            (a list, tuple or 1-D array of them), finite, non-zero and normal in float32,
+            either sign.
+        zps: zero points, as many as ``scales`` (default all 0): integers (not bool, not
+            floats), values of an 8-bit tensor, in [-128, 255]; a :class:`Quantize`'s may be
+            any s32 value.
         qtype: ``"per_tensor"`` or ``"per_channel"``.
         axis: the dim the per-channel values run along (negative counts from the end).
+
+    Raises:
+        TypeError: a scale or zero point of the wrong type (a string, a bool, a float zero
+            point), or ``qtype``/``axis`` of the wrong type.
+        ValueError: out of those ranges, empty, or the wrong number of them.
     """
 
     scales: Union[float, Sequence[float]] = 1.0
@@ -117,10 +192,20 @@ class Dequantize:
 
     op_name = "Dequantize"
 
+    def _zps(self, where: str) -> tuple[int, ...]:
+        """The zero points, checked: values of an 8-bit tensor. oneDNN 3.2 multiplies a src
+        zero point by the weights in 32-bit integers (its compensation), which overflows:
+        wrong values from zps = 2**24 on (measured; s32 is the attribute's type), right for
+        any zps in [-128, 255]."""
+        return _ints(where, "zps", self.zps, *INT8_VALUES, "the values of a u8 or s8 tensor")
+
     def __post_init__(self) -> None:
         where = self.op_name
-        scales = _floats(where, "scales", self.scales)
-        zps = (0,) * len(scales) if self.zps is None else _ints(where, "zps", self.zps)
+        scales = _scales(where, "scales", self.scales)
+        zps = (0,) * len(scales) if self.zps is None else self._zps(where)
+        if not isinstance(self.qtype, str):
+            msg = f"{where}: attribute 'qtype' expected a string, one of {', '.join(QTYPES)}, got {type(self.qtype).__name__}"
+            raise TypeError(msg)
         if self.qtype not in QTYPES:
             msg = f"{where}: attribute 'qtype' expected one of {', '.join(QTYPES)}, got {self.qtype!r}"
             raise ValueError(msg)
@@ -131,11 +216,19 @@ class Dequantize:
             msg = f"{where}: attribute 'zps' expected {len(scales)} values (one per scale), got {len(zps)}"
             raise ValueError(msg)
         if not isinstance(self.axis, numbers.Integral) or isinstance(self.axis, bool):
-            msg = f"{where}: attribute 'axis' expected an int, got {self.axis!r}"
+            msg = f"{where}: attribute 'axis' expected an int, got {short_repr(self.axis)}"
             raise TypeError(msg)
+        if not -5 <= self.axis <= 4:
+            msg = f"{where}: attribute 'axis' expected an int in [-5, 4] (tensors have rank 3 to 5), got {short_repr(self.axis)}"
+            raise ValueError(msg)
         object.__setattr__(self, "scales", scales)
         object.__setattr__(self, "zps", zps)
         object.__setattr__(self, "axis", int(self.axis))
+
+    @property
+    def has_zero_points(self) -> bool:
+        """Whether some zero point is not 0."""
+        return any(z != 0 for z in self.zps)  # type: ignore[union-attr]
 
     def library_attrs(self, rank: int) -> dict[str, Any]:
         """The library op's attributes (the axis made non-negative for a tensor of ``rank``)."""
@@ -170,11 +263,17 @@ class Quantize(Dequantize):
 
     op_name = "Quantize"
 
+    def _zps(self, where: str) -> tuple[int, ...]:
+        """The zero points, checked: s32, the library's type for them (it wrapped larger
+        ones around). oneDNN 3.2 computes ``x / scales + zps`` in f32 and saturates, right
+        for any s32 zero point (measured), so they may lie outside dst's range."""
+        return _ints(where, "zps", self.zps)
+
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.dtype not in INT8_DTYPES:
+        if not isinstance(self.dtype, str) or self.dtype not in INT8_DTYPES:
             msg = f"Quantize: dtype expected 'u8' or 's8', got {self.dtype!r}"
             raise TypeError(msg)
+        super().__post_init__()
 
     def apply(self, x: np.ndarray) -> _F64:
         """The quantized values, as float64 integers in the dtype's range."""
@@ -271,20 +370,48 @@ class PostOp:
         return reference.post_op(self.kind, x, other, **self.attrs)
 
 
+def library_sum(post_ops: Sequence[PostOp], operand_shapes: Sequence[Sequence[int]],
+                dst_shape: Sequence[int]) -> int | None:
+    """The index of the post-op that oneDNN 3.2 runs as its "sum" post-op (accumulating into
+    dst) rather than as a binary one: the first ``Add`` whose tensor has dst's full shape
+    (``operand_shapes``: each binary post-op's tensor at dst's rank, in chain order). A later
+    such Add stays a binary Add (``ONEDNN_VERBOSE``: ``attr-post-ops:eltwise_relu+sum``,
+    ``sum+binary_add``). None if there is none."""
+    shapes = iter(operand_shapes)
+    for i, p in enumerate(post_ops):
+        if p.is_binary and tuple(next(shapes)) == tuple(dst_shape) and p.kind == "Add":
+            return i
+    return None
+
+
 def as_post_ops(where: str, given: Any) -> tuple[PostOp, ...]:
-    """A checked chain: PostOp objects or kind names (``"ReLU"``), at most MAX_CHAIN."""
+    """A checked chain: PostOp objects or kind names (``"ReLU"``), at most MAX_CHAIN, given
+    as one of them or a list or tuple of them. Errors name ``where`` and the argument."""
     if given is None:
         return ()
     if isinstance(given, (str, PostOp)):
         given = [given]
-    chain = tuple(p if isinstance(p, PostOp) else PostOp(p) if isinstance(p, str) else _bad(where, p) for p in given)
+    if not isinstance(given, (list, tuple)):
+        msg = (f"{where}: argument 'post_ops' expected a list of PostOp objects or kind names, "
+               f"got {type(given).__name__} {short_repr(given)}")
+        raise TypeError(msg)
+    chain = []
+    for p in given:
+        if isinstance(p, str):
+            try:
+                p = PostOp(p)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"{where}: argument 'post_ops': {e}") from None
+        elif not isinstance(p, PostOp):
+            _bad(where, p)
+        chain.append(p)
     if len(chain) > MAX_CHAIN:
         msg = (f"{where}: argument 'post_ops' expected at most {MAX_CHAIN} post-ops (what oneDNN 3.2 "
                f"fuses after a ConvTranspose), got {len(chain)}")
         raise ValueError(msg)
-    return chain
+    return tuple(chain)
 
 
-def _bad(where: str, p: Any) -> PostOp:
-    msg = f"{where}: argument 'post_ops' expected PostOp objects or kind names, got {p!r}"
+def _bad(where: str, p: Any) -> NoReturn:
+    msg = f"{where}: argument 'post_ops' expected PostOp objects or kind names, got {short_repr(p)}"
     raise TypeError(msg)

@@ -77,27 +77,33 @@ _AUTO_PADS = {
 # --------------------------------------------------------------------------------------------
 
 
+def _r(value: object) -> str:
+    """``repr(value)`` for a message, cut to a readable length (a huge int or string)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:30]}...{text[-15:]} ({len(text)} characters)"
+
+
 def _as_int(fn: str, name: str, value: object) -> int:
     """Converts ``value`` to a Python int, rejecting bools, floats and other non-integers."""
     if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{fn}: {name} must be an integer, got {value!r}")  # noqa: TRY004
+        raise ValueError(f"{fn}: {name} must be an integer, got {_r(value)}")  # noqa: TRY004
     try:
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
-        raise ValueError(f"{fn}: {name} must be an integer, got {value!r}") from None
+        raise ValueError(f"{fn}: {name} must be an integer, got {_r(value)}") from None
 
 
 def _int_list(fn: str, name: str, value: object, ndim: int, minimum: int) -> list[int]:
     """Broadcasts an int (or checks a sequence) to ``ndim`` ints, each ``>= minimum``."""
     if isinstance(value, (str, bytes)):
-        msg = f"{fn}: {name} must be an int or a sequence of ints, got {value!r}"
+        msg = f"{fn}: {name} must be an int or a sequence of ints, got {_r(value)}"
         raise ValueError(msg)  # noqa: TRY004
-    if isinstance(value, (Sequence, np.ndarray)):
+    if isinstance(value, (Sequence, np.ndarray)) and np.ndim(value) != 0:  # a 0-d array is one int
         items = list(value)
         if len(items) != ndim:
             raise ValueError(
                 f"{fn}: {name} must have {ndim} entries (one per spatial dim), "
-                f"got {len(items)}: {value!r}"
+                f"got {len(items)}: {_r(value)}"
             )
         result = [_as_int(fn, name, v) for v in items]
     else:
@@ -108,13 +114,22 @@ def _int_list(fn: str, name: str, value: object, ndim: int, minimum: int) -> lis
     return result
 
 
+def _zeros(fn: str, shape: Sequence[int]) -> _F64:
+    """A float64 buffer of zeros; MemoryError naming ``fn`` where it cannot be had (sizes
+    from huge attributes: NumPy's own error names no function)."""
+    try:
+        return np.zeros(tuple(shape), dtype=np.float64)
+    except (MemoryError, ValueError) as exc:
+        raise MemoryError(f"{fn}: cannot allocate a float64 buffer of shape {tuple(shape)} ({exc})") from None
+
+
 def _check_formats(fn: str, data_format: object, weights_format: object) -> None:
     """Checks ``data_format`` is NCX/NXC and ``weights_format`` is IOX/XOI."""
-    if data_format not in _DATA_FORMATS:
-        raise ValueError(f"{fn}: data_format must be one of {_DATA_FORMATS}, got {data_format!r}")
-    if weights_format not in _WEIGHTS_FORMATS:
+    if not isinstance(data_format, str) or data_format not in _DATA_FORMATS:
+        raise ValueError(f"{fn}: data_format must be one of {_DATA_FORMATS}, got {_r(data_format)}")
+    if not isinstance(weights_format, str) or weights_format not in _WEIGHTS_FORMATS:
         raise ValueError(
-            f"{fn}: weights_format must be one of {_WEIGHTS_FORMATS}, got {weights_format!r}"
+            f"{fn}: weights_format must be one of {_WEIGHTS_FORMATS}, got {_r(weights_format)}"
         )
 
 
@@ -124,7 +139,7 @@ def _normalize_auto_pad(fn: str, auto_pad: object) -> str:
     if key not in _AUTO_PADS:
         raise ValueError(
             f"{fn}: auto_pad must be one of 'None', 'SAME_UPPER', 'SAME_LOWER', 'VALID' "
-            f"(case-insensitive), got {auto_pad!r}"
+            f"(case-insensitive), got {_r(auto_pad)}"
         )
     return _AUTO_PADS[key]
 
@@ -190,7 +205,7 @@ def resolve_pads(
     else:
         ndim = 1
     if ndim < 1:
-        raise ValueError(f"{fn}: kernel must have at least one spatial dim, got {kernel!r}")
+        raise ValueError(f"{fn}: kernel must have at least one spatial dim, got {_r(kernel)}")
     return _resolve_pads(
         fn,
         _int_list(fn, "kernel", kernel, ndim, 1),
@@ -208,9 +223,17 @@ def resolve_pads(
 
 
 def _as_f64(fn: str, name: str, x: npt.ArrayLike) -> _F64:
-    """Converts an array-like to a float64 ndarray."""
+    """Converts an array-like of real numbers to a float64 ndarray. Complex, structured,
+    string, date and masked arrays are refused: converting them would drop the imaginary
+    part, the fields or the mask without a word."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise ValueError(f"{fn}: {name} is a masked array; masks are not supported (pass {name}.filled(value))")  # noqa: TRY004
     try:
-        return np.asarray(x, dtype=np.float64)
+        a = np.asarray(x)
+        extension = a.dtype.kind == "V" and a.dtype.names is None and a.dtype.type.__module__ != "numpy"
+        if a.dtype.kind not in "biufO" and not extension:  # ml_dtypes' bfloat16 is kind "V"
+            raise TypeError(f"dtype {a.dtype} does not hold real numbers")
+        return np.asarray(a, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{fn}: {name} must be convertible to a float64 array ({exc})") from None
 
@@ -448,7 +471,7 @@ def conv_transpose(
     wk = _weights_to_kio(w, weights_format)  # (X..., IC, OC/G)
 
     buf_len = [max(f, pb + t) for f, pb, t in zip(full_len, attrs.pads_begin, out_sp)]
-    full = np.zeros((n, *buf_len, oc), dtype=np.float64)
+    full = _zeros(fn, (n, *buf_len, oc))
     for kpos, start in zip(attrs.kpositions, attrs.starts):
         contrib = np.matmul(xg, wk[kpos].reshape(g, icg, o))  # (G, M, O)
         contrib = contrib.transpose(1, 0, 2).reshape(n, *in_sp, oc)
@@ -536,7 +559,7 @@ def conv_transpose_backward_data(
     dd_cl = _to_channels_last(dd, data_format)  # (N, Y..., OC)
     wk = _weights_to_kio(w, weights_format)  # (X..., IC, OC/G)
 
-    acc = np.zeros((n, *in_sp, g, icg), dtype=np.float64)
+    acc = _zeros(fn, (n, *in_sp, g, icg))
     for kpos, start in zip(attrs.kpositions, attrs.starts):
         inside = _taps_inside(start, attrs.pads_begin, out_sp, attrs.strides, in_sp)
         if inside is None:
@@ -615,7 +638,7 @@ def conv_transpose_backward_weights(
     if isinstance(weights_shape, (str, bytes)) or not isinstance(
         weights_shape, (Sequence, np.ndarray)
     ):
-        msg = f"{fn}: weights_shape must be a sequence of ints, got {weights_shape!r}"
+        msg = f"{fn}: weights_shape must be a sequence of ints, got {_r(weights_shape)}"
         raise ValueError(msg)  # noqa: TRY004
     w_shape = tuple(_as_int(fn, "weights_shape", v) for v in weights_shape)
     ic_w, o, kernel = _check_weights_shape(fn, "weights_shape", w_shape, ndim, weights_format)
@@ -640,7 +663,7 @@ def conv_transpose_backward_weights(
     x_cl = _to_channels_last(x, data_format)  # (N, X..., IC)
     dd_cl = _to_channels_last(dd, data_format)  # (N, Y..., OC)
 
-    dw = np.zeros((*kernel, ic, o), dtype=np.float64)
+    dw = _zeros(fn, (*kernel, ic, o))
     for kpos, start in zip(attrs.kpositions, attrs.starts):
         inside = _taps_inside(start, attrs.pads_begin, out_sp, attrs.strides, in_sp)
         if inside is None:
@@ -706,7 +729,7 @@ def post_op(kind: str, x: npt.ArrayLike, other: npt.ArrayLike | None = None, **a
                 raise ValueError(f"reference.post_op: {kind} needs a second tensor")
             return np.asarray(_BINARY[kind](x64, np.asarray(other, np.float64)))
         if kind not in _UNARY:
-            raise ValueError(f"reference.post_op: unknown kind {kind!r}")
+            raise ValueError(f"reference.post_op: unknown kind {_r(kind)}")
         return np.asarray(_UNARY[kind](x64, attrs), np.float64)
 
 

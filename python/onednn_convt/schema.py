@@ -11,6 +11,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Union
 
+import numpy as np
+
 IntList = Union[int, Sequence[int]]
 
 #: Library spelling of each accepted auto_pad value, by its lower-case form (D2).
@@ -64,6 +66,12 @@ OP_ATTRIBUTES: dict[str, tuple[Attribute, ...]] = {
 }
 
 
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for a message, cut to about ``limit`` characters (a huge int or string)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 4:]} ({len(text)} characters)"
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
@@ -79,10 +87,10 @@ def _check_int_list(op: str, a: Attribute, value: Any) -> int | tuple[int, ...]:
                 raise TypeError
             items = tuple(value)
         except TypeError:
-            msg = f"{op}: attribute '{a.name}' expected an int or a list of ints, got {value!r}"
+            msg = f"{op}: attribute '{a.name}' expected an int or a list of ints, got {short_repr(value)}"
             raise TypeError(msg) from None
         if not all(_is_int(x) for x in items):
-            msg = f"{op}: attribute '{a.name}' expected a list of ints, got {value!r}"
+            msg = f"{op}: attribute '{a.name}' expected a list of ints, got {short_repr(value)}"
             raise TypeError(msg)
         items = tuple(int(x) for x in items)
         if not 1 <= len(items) <= 3 and not (a.name == "weights_shape" and 3 <= len(items) <= 5):
@@ -91,22 +99,22 @@ def _check_int_list(op: str, a: Attribute, value: Any) -> int | tuple[int, ...]:
         result = items
     if any(x < a.minimum for x in items):
         bound = "positive" if a.minimum == 1 else "non-negative"
-        msg = f"{op}: attribute '{a.name}' expected {bound} values, got {value!r}"
+        msg = f"{op}: attribute '{a.name}' expected {bound} values, got {short_repr(value)}"
         raise ValueError(msg)
     if any(x > S64_MAX for x in items):
-        msg = f"{op}: attribute '{a.name}' expected values that fit in s64 (<= 2**63-1), got {value!r}"
+        msg = f"{op}: attribute '{a.name}' expected values that fit in s64 (<= 2**63-1), got {short_repr(value)}"
         raise ValueError(msg)
     return result
 
 
 def _check_string(op: str, a: Attribute, value: Any) -> str:
     if not isinstance(value, str):
-        msg = f"{op}: attribute '{a.name}' expected a string, got {value!r}"
+        msg = f"{op}: attribute '{a.name}' expected a string, got {short_repr(value)}"
         raise TypeError(msg)
     if a.name == "auto_pad":
         spelled = AUTO_PAD.get(value.lower())
         if spelled is None:
-            msg = f"{op}: attribute 'auto_pad' expected one of None, SAME_UPPER, SAME_LOWER, VALID (any case), got {value!r}"
+            msg = f"{op}: attribute 'auto_pad' expected one of None, SAME_UPPER, SAME_LOWER, VALID (any case), got {short_repr(value)}"
             raise ValueError(msg)
         return spelled
     allowed = DATA_FORMATS if a.name == "data_format" else WEIGHTS_FORMATS
@@ -117,9 +125,19 @@ def _check_string(op: str, a: Attribute, value: Any) -> str:
                 f"; {value} is a Convolution weights format that some oneDNN pages list for "
                 "ConvTranspose ops by mistake (IOX = (IC, OC/groups, X...), XOI = (X..., OC/groups, IC))"
             )
-        msg = f"{op}: attribute '{a.name}' expected one of {', '.join(allowed)}, got {value!r}{hint}"
+        msg = f"{op}: attribute '{a.name}' expected one of {', '.join(allowed)}, got {short_repr(value)}{hint}"
         raise ValueError(msg)
     return value
+
+
+def check_bool(where: str, name: str, value: Any) -> bool:
+    """``value`` as a bool: True or False (NumPy's bools too). Anything else is a TypeError,
+    not its truth value: ``strict="False"`` is a non-empty string, which ``bool()`` reads as
+    True."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    msg = f"{where}: argument '{name}' expected a bool (True or False), got {short_repr(value)} ({type(value).__name__})"
+    raise TypeError(msg)
 
 
 def normalize(op: str, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -152,10 +170,10 @@ def normalize(op: str, given: Mapping[str, Any]) -> dict[str, Any]:
             attrs[name] = _check_string(op, a, value)
         elif a.kind == "s64":
             if not _is_int(value):
-                msg = f"{op}: attribute '{name}' expected an int, got {value!r}"
+                msg = f"{op}: attribute '{name}' expected an int, got {short_repr(value)}"
                 raise TypeError(msg)
             if not a.minimum <= value <= S64_MAX:
-                msg = f"{op}: attribute '{name}' expected a positive int (s64), got {value!r}"
+                msg = f"{op}: attribute '{name}' expected a positive int (s64), got {short_repr(value)}"
                 raise ValueError(msg)
             attrs[name] = int(value)
         else:
