@@ -1,5 +1,6 @@
 """``onednn-convt tune``: tunes every configuration it names into the cache file, reports the
-choices, and refuses a malformed layers file with a message."""
+choices, and refuses a malformed layers file with a message. The tuner runs on a fake clock
+(``autotune.clock``): nothing here depends on the machine's load."""
 
 from __future__ import annotations
 
@@ -11,8 +12,21 @@ from onednn_convt import cli
 from onednn_convt.lowering import autotune, tuning_cache
 
 
+class FakeClock:
+    """The tuner's clock here: each reading 1 ms after the one before, so what the tuner
+    measures (and chooses) does not depend on the machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1e-3
+        return self.now
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(autotune, "clock", FakeClock())
     monkeypatch.setenv("ONEDNN_CONVT_CACHE_DIR", str(tmp_path / "cache"))
     tuning_cache.forget()
     before = autotune.enabled()

@@ -29,17 +29,51 @@ from .bench import suites
 from .bench.cli import _list
 
 
+#: ``onednn-convt tune --layers-json``'s help: the file's format
+LAYERS_JSON_HELP = (
+    "tune the layers of this JSON file instead of a suite: a list of objects, one per layer, "
+    'e.g. [{"name": "up1", "n": 8, "ic": 256, "oc": 128, "spatial": [16, 16], "kernel": [4, 4], '
+    '"stride": 2, "pad": 1}]. A layer is a forward problem as in bench: src of batch n, ic '
+    "channels and the spatial size in spatial (1 to 3 dims) -> dst of oc channels. Required: "
+    "name, n, ic, oc, spatial, kernel (a list, one size per spatial dim); optional: stride "
+    "(default 1), pad (pads_begin = pads_end, default 0), groups (default 1), each one int "
+    "for every spatial dim"
+)
+
+EPILOG = """\
+examples:
+  onednn-convt tune                                    # the models suite, every op/dtype/format
+  onednn-convt tune --suite models --skip-slow --dtypes f32,bf16 --json tuned.json
+  onednn-convt tune --layers-json my_layers.json --ops fwd --dtypes f32
+  ONEDNN_CONVT_CACHE_DIR=/tmp/tuned onednn-convt tune --suite tiny   # another cache folder
+
+Choices are kept in autotune.json in the user cache directory, or in $ONEDNN_CONVT_CACHE_DIR;
+'onednn-convt info' shows the file. A process uses them with autotuning on
+(onednn_convt.set_autotune(True) or ONEDNN_CONVT_AUTOTUNE=1)."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``tune`` subcommand's options."""
-    parser.add_argument("--suite", default="models", choices=sorted(suites.SUITES), help="bench suite (default models)")
-    parser.add_argument("--layers-json", type=Path, help="a JSON list of layers to tune instead of a suite")
-    parser.add_argument("--layers", type=lambda t: t.split(","), help="only these layers of the suite")
-    parser.add_argument("--ops", type=_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS))
-    parser.add_argument("--dtypes", type=_list(suites.DTYPES), default=list(suites.DTYPES))
-    parser.add_argument("--formats", type=_list(suites.FORMATS), default=list(suites.FORMATS))
-    parser.add_argument("--skip-slow", action="store_true", help="leave out layers that compile slowly")
-    parser.add_argument("--retune", action="store_true", help="measure again even where the cache has a choice")
-    parser.add_argument("--json", type=Path, help="write the choices and timings here")
+    parser.epilog = EPILOG
+    parser.add_argument("--suite", default="models", choices=sorted(suites.SUITES),
+                        help="the bench suite whose layers to tune (default models)")
+    parser.add_argument("--layers-json", type=Path, metavar="FILE", help=LAYERS_JSON_HELP)
+    parser.add_argument("--layers", type=lambda t: t.split(","), metavar="NAMES",
+                        help="only these layers of the suite, comma-separated")
+    parser.add_argument("--ops", type=_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS),
+                        help="ops to tune, comma-separated: fwd, bwd_d, bwd_w (or the op class names); "
+                             "default all")
+    parser.add_argument("--dtypes", type=_list(suites.DTYPES), default=list(suites.DTYPES),
+                        help="dtypes to tune, comma-separated: f32, bf16, f16; default all")
+    parser.add_argument("--formats", type=_list(suites.FORMATS), default=list(suites.FORMATS),
+                        help="data formats to tune, comma-separated: NCX (with IOX weights), NXC "
+                             "(with XOI weights); default both")
+    parser.add_argument("--skip-slow", action="store_true",
+                        help="leave out the suite's layers marked slow (the inverse-STFT-like layer)")
+    parser.add_argument("--retune", action="store_true",
+                        help="delete the cache file first and measure every configuration again")
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="also write the choices and every candidate's time to this JSON file")
 
 
 def layers_from_json(path: Path) -> list[suites.Layer]:

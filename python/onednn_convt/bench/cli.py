@@ -9,8 +9,8 @@ Examples::
     onednn-convt bench --suite step            # DCGAN training step: onednn_convt.torch vs torch
     onednn-convt bench --suite fused           # fused ConvTranspose + post-ops vs unfused and torch
 
-Progress goes to stderr; the table, the targets and the comparison to stdout; CSV, JSON and
-(with matplotlib) a PNG chart to ``--out``.
+Progress goes to stderr; the table, a summary of the figures and the comparison to stdout;
+CSV, JSON and (with matplotlib) a PNG chart to ``--out``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
+import importlib.util
 import os
 import platform
 import sys
@@ -28,6 +29,21 @@ from typing import Any, Optional
 
 from . import peers, report, runner, suites, timing
 from .peak import peak_for
+
+#: ``onednn-convt bench --help``'s text above the options
+DESCRIPTION = """\
+Time the ops on a suite of layers against the native loop (the same compiled partition run
+from C++), PyTorch (if installed) and the NumPy reference, after checking each result against
+the reference. Progress goes to stderr; the table, a summary and the comparison (--compare) to
+stdout; CSV, JSON, Markdown and (with matplotlib) a PNG chart to --out.
+
+examples:
+  onednn-convt bench                         # models suite, every op, dtype and format
+  onednn-convt bench --suite tiny --quick    # a smoke run of a few seconds
+  onednn-convt bench --suite models --skip-slow --ops fwd --dtypes f32 --formats NXC
+  onednn-convt bench --compare bench-results/models.json
+  onednn-convt bench --suite step            # DCGAN training step: onednn_convt.torch vs torch
+  onednn-convt bench --suite fused           # fused ConvTranspose + post-ops vs unfused and torch"""
 
 
 def _list(choices: Sequence[str], aliases: Optional[dict[str, str]] = None) -> Any:
@@ -61,7 +77,7 @@ def _positive(kind: Any) -> Any:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``onednn-convt bench``."""
-    parser.description = __doc__.split("\n\n")[0]
+    parser.description = DESCRIPTION
     parser.add_argument("--suite", type=_list((*suites.SUITES, *ALONE)), default=["models"],
                         help="suites to run, comma-separated: models (default), tiny, sweep; or alone: "
                              "step (a DCGAN generator's training step, onednn_convt.torch vs torch) or "
@@ -282,8 +298,8 @@ def run(args: argparse.Namespace) -> int:
               "those timings are slower and noisier than the machine can do (see --wait-idle).")
     items = report.targets(records)
     print()
-    print("Targets (issue 4):")
-    print(report.targets_text(items))
+    print("Summary:")
+    print(report.summary_text(items))
     if old is not None:
         print()
         print(report.compare(old, records))
@@ -296,11 +312,15 @@ def run(args: argparse.Namespace) -> int:
     report.write_csv(records, args.out / f"{base}.csv")
     (args.out / f"{base}.md").write_text(
         "\n".join(report.header_lines(meta, peak)) + "\n\n" + report.markdown_table(records) + "\n\n"
-        + report.LEGEND + "\n\n" + report.targets_text(items) + "\n"
+        + report.LEGEND + "\n\nSummary:\n" + report.summary_text(items) + "\n"
     )
     written = [f"{base}.json", f"{base}.csv", f"{base}.md"]
-    if not args.no_chart and report.chart(records, args.out / f"{base}.png"):
-        written.append(f"{base}.png")
+    if not args.no_chart:
+        if report.chart(records, args.out / f"{base}.png"):
+            written.append(f"{base}.png")
+        elif importlib.util.find_spec("matplotlib") is None:
+            print("bench: no chart drawn: matplotlib is not installed "
+                  "(pip install matplotlib, or the package's [bench] extra)", file=sys.stderr)
     print(f"\nwrote {', '.join(str(args.out / w) for w in written)}", file=sys.stderr)
     return 1 if any(r.get("error") for r in records) else 0
 

@@ -361,6 +361,28 @@ def targets_text(items: Sequence[dict[str, Any]]) -> str:
     return "\n".join(f"[{word[t['met']]}] {t['id']}. {t['target']}: {t['figure']}" for t in items)
 
 
+#: what each of :func:`targets`' figures measures, in a user's words (:func:`summary_text`)
+SUMMARY_LABELS = {
+    1: "speed over PyTorch, models suite, f32 and bf16 (PyTorch's time / ours)",
+    7: "speed over PyTorch, models suite, every dtype (PyTorch's time / ours)",
+    8: "autotuning: cost per signature, and a tuned process's first call / an untuned one's",
+    2: "compile time",
+    3: "large compute-bound shapes, % of the measured peak",
+    4: "tiny problem: overhead over the native loop, and time against PyTorch",
+    5: "f16 time / f32 time of the same configuration",
+    6: "recompiles on repeated calls; bytes an out= call allocates",
+}
+
+
+def summary_text(items: Sequence[dict[str, Any]]) -> str:
+    """The figures of :func:`targets` as plain lines, ``- what: figure``, for the figures
+    this run measured (no goals, no verdicts: those are in the JSON's ``targets``)."""
+    lines = [f"- {SUMMARY_LABELS.get(int(t['id']), t['target'])}: "
+             + str(t["figure"]).replace("; istft not compared", "")
+             for t in items if t["figure"] != "not run"]
+    return "\n".join(lines) or "- nothing to summarize"
+
+
 # -- files --------------------------------------------------------------------------------
 def write_csv(records: Sequence[Record], path: Path) -> None:
     """One row per configuration, every field."""

@@ -32,7 +32,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -62,6 +62,12 @@ LONG_CALL_SECONDS = 0.015
 MARGIN = 0.05
 #: largest |difference| between two candidates' results, over the largest |result|, per dtype
 TOLERANCE = {"f32": 1e-4, "bf16": 2e-2, "f16": 4e-3}
+
+#: the tuner's clock, in seconds: every time it measures (screening, timing rounds, what
+#: tuning cost) is a difference of two readings of it. Tests replace it with a fake clock
+#: (``monkeypatch.setattr(autotune, "clock", ...)``), so that no test's outcome depends on
+#: how busy the machine is.
+clock: Callable[[], float] = time.perf_counter
 
 _enabled = os.environ.get("ONEDNN_CONVT_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -128,8 +134,8 @@ def choice(op: _Op, problem: Problem) -> Optional[Tuning]:
     if entry is not None:
         return Tuning(entry["name"], names[0], dict(entry["times_us"]), dict(entry.get("rejected", {})), cached=True,
                       batch=int(entry.get("batch", problem.n)))
-    start = time.perf_counter()
-    tuning = replace(_measure(op, problem, names), seconds=time.perf_counter() - start)
+    start = clock()
+    tuning = replace(_measure(op, problem, names), seconds=clock() - start)
     tuning_cache.store(key, {"name": tuning.name, "candidates": names, "times_us": tuning.times_us,
                              "rejected": tuning.rejected, "batch": tuning.batch})
     return tuning
@@ -152,9 +158,9 @@ def _screened(op: _Op, problem: Problem, names: list[str]) -> tuple[list[str], d
         try:
             plan = op._plan_for(build(small, name), arrays, None, small.dtype)
             plan.run(arrays, None)  # a first run pays one-time costs (page faults, scratchpads)
-            start = time.perf_counter()
+            start = clock()
             plan.run(arrays, None)
-            seconds[name] = time.perf_counter() - start
+            seconds[name] = clock() - start
         except (OneDNNError, MemoryError, ValueError):
             seconds[name] = 0.0  # judged at full size, where the refusal is recorded
     fastest = min((s for s in seconds.values() if s > 0), default=0.0)
@@ -196,9 +202,9 @@ def _measure(op: _Op, full: Problem, names: list[str]) -> Tuning:
             continue
         out = np.empty(plan.lowering.out_shape, plan.dtype)
         runs[name] = _runner(plan, arrays, out)
-        start = time.perf_counter()  # the first run paid one-time costs: time the second
+        start = clock()  # the first run paid one-time costs: time the second
         runs[name]()
-        once[name] = time.perf_counter() - start
+        once[name] = clock() - start
     # the results are checked against the rules' lowering's, or where screening left that
     # out (far too slow), the first candidate's
     judge = rule if rule in results else next(iter(results), None)
@@ -258,10 +264,10 @@ def _time(runs: dict[str, Any], once: dict[str, float]) -> dict[str, float]:
     for r in range(rounds):
         for name in order[r % len(order):] + order[: r % len(order)]:  # rotate who goes first
             run, k = runs[name], repeats[name]
-            start = time.perf_counter()
+            start = clock()
             for _ in range(k):
                 run()
-            samples[name].append((time.perf_counter() - start) / k)
+            samples[name].append((clock() - start) / k)
     return {name: float(np.median(s)) for name, s in samples.items()}
 
 
