@@ -1,0 +1,68 @@
+"""The fuzzers of ``fuzz/`` (see fuzz/README.md), at a small count in the default run and
+ten times as far under ``-m slow``, where they also run under every ``ONEDNN_MAX_CPU_ISA``
+level this CPU has. Each trial runs in a child interpreter with a timeout; a failure's
+message is the command that reproduces it. A fixed seed per run: the default run is
+repeatable, and the slow run goes further on other trials."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
+sys.path.insert(0, str(FUZZ))
+
+import harness  # noqa: E402
+from isa_scan import ISA_LEVELS  # noqa: E402
+from test_isa_matrix import require  # noqa: E402
+
+#: trials per fuzzer in the default run (the slow run: SLOW_FACTOR times as many)
+CI_TRIALS = {"conformance": 60, "api": 60, "fused": 40, "plain": 60, "threads": 8, "fork": 8}
+SLOW_FACTOR = 10
+
+
+def _check(report: harness.Report, trials: int) -> None:
+    assert report.trials == trials, report.summary()
+    assert not report.findings, f"{report.summary()}\n" + "\n".join(str(f) for f in report.findings)
+
+
+def test_every_fuzzer_has_a_ci_count() -> None:
+    assert set(CI_TRIALS) == set(harness.FUZZERS)
+
+
+@pytest.mark.parametrize("name", sorted(harness.FUZZERS))
+def test_fuzzer_finds_nothing(name: str) -> None:
+    _check(harness.run(name, seed=2026, trials=CI_TRIALS[name]), CI_TRIALS[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", [None, *ISA_LEVELS])
+@pytest.mark.parametrize("name", sorted(harness.FUZZERS))
+def test_fuzzer_finds_nothing_ten_times_further(name: str, level: str | None) -> None:
+    if level is not None:
+        require(level)
+    trials = SLOW_FACTOR * CI_TRIALS[name]
+    _check(harness.run(name, seed=7, trials=trials, isa=level), trials)
+
+
+def test_the_harness_reports_a_crash_and_a_hang_with_the_command_that_repeats_them(tmp_path, monkeypatch) -> None:
+    """A trial that kills its child, and one that never answers, are findings naming the trial."""
+    (tmp_path / "selftest_fuzzer.py").write_text(
+        "import os, signal, time\n"
+        "NAME = 'selftest'\nPER_PROCESS = 3\nTIMEOUT = 2.0\n"
+        "def trial(rng, index):\n"
+        "    if index == 1:\n        os.kill(os.getpid(), signal.SIGSEGV)\n"
+        "    if index == 3:\n        time.sleep(60)\n"
+        "    if index == 4:\n        raise harness.Failure('a wrong value')\n"
+        "    return 'fine'\n"
+        "import harness\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    report = harness.run("selftest_fuzzer", seed=1, trials=6)
+    kinds = {f.index: f.kind for f in report.findings}
+    assert kinds == {1: "crashed", 3: "hung", 4: "failed"}, report.findings
+    assert report.trials == 6
+    assert report.findings[0].command() == "python fuzz/run.py selftest_fuzzer --seed 1 --trial 1"
