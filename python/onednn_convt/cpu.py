@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import os
-import platform
 from dataclasses import dataclass
 
 #: (vendor, family) -> ((first model, last model, microarchitecture), ...), from the vendors'
@@ -112,7 +111,7 @@ def detect() -> Cpu:
     fields = _cpuinfo()
     vendor = fields.get("vendor_id", UNKNOWN)
     family, model = _int(fields.get("cpu family", "-1")), _int(fields.get("model", "-1"))
-    name = fields.get("model name", platform.processor() or UNKNOWN)
+    name = fields.get("model name", UNKNOWN)
     arch = microarchitecture(vendor, family, model)
     given = os.environ.get("ONEDNN_CONVT_CPU", "").strip().lower()
     if given:

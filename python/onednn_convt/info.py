@@ -96,7 +96,7 @@ def set_cache_capacity(capacity: int) -> None:
         ValueError: ``capacity`` is negative.
     """
     if not isinstance(capacity, numbers.Integral) or isinstance(capacity, (bool, np.bool_)):
-        msg = f"set_cache_capacity: argument 'capacity' expected an int >= 0, got {capacity!r}"
+        msg = f"set_cache_capacity: argument 'capacity' expected an int in [0, 2**63 - 1], got {capacity!r}"
         raise TypeError(msg)
     capacity = int(capacity)
     if not 0 <= capacity <= 2**63 - 1:

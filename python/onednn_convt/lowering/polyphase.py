@@ -35,8 +35,8 @@ from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Geometry, Proble
 from . import base
 from .base import Lowering, Phase
 
-#: the most phases (s^d) a problem may split into
-MAX_PHASES = 64
+#: the most phases (s^d) a problem may split into (each is a library call)
+MAX_PHASES = 16
 
 
 @dataclass(frozen=True)
