@@ -5,7 +5,7 @@ The backward ops sum ``diff_dst[s*i + d*j - pb] * W[j]`` (BackwardData) or
 index lies inside diff_dst. A pair whose index falls in the pads or in the cropped part of
 the forward output does not exist: the reference leaves it out, so a NaN or Inf that meets
 only such pairs makes no NaN. oneDNN 3.2 computes those pairs against the pads' zeros
-(0 * Inf = NaN), so its result may hold extra NaN exactly there (README, "Deviations").
+(0 * Inf = NaN), so its result may hold extra NaN exactly there (docs/deviations.md).
 
 Here a plain loop over every pair (i, j) gives both readings: ``all_pairs=False`` must agree
 with the reference everywhere (values and NaN/Inf pattern), and the package's result must lie

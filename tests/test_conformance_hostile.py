@@ -1,6 +1,6 @@
 """Hostile inputs to the conformance runner: one test per defect found by fuzzing.
 
-The runner's contract (README "Conformance runner"): a malformed input is INVALID with the
+The runner's contract (docs/guide/conformance.md): a malformed input is INVALID with the
 file and the reason; a case the library refuses is SKIPPED or INVALID, never ERROR (ERROR is
 a bug of this package); no input makes it hang, crash or exceed the memory limit, and one
 bad file never stops the other cases. The inputs that hung run in a subprocess with a

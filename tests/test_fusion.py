@@ -38,7 +38,7 @@ UNARY_ATTRS: dict[str, dict[str, float]] = {
 #: unary kinds defined for positive inputs only: run after Abs and Add of 0.25
 POSITIVE = ("Log", "Sqrt")
 #: the ISA oneDNN dispatches to here, and whether its int8 kernels have VNNI: without, every
-#: int8 call runs unfused (guard int8_without_vnni: README, Deviations)
+#: int8 call runs unfused (guard int8_without_vnni: docs/deviations.md)
 ISA = oc.guards.dispatch_isa()
 INT8_FUSES = ISA not in INT8_WITHOUT_VNNI
 

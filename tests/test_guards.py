@@ -5,7 +5,7 @@ reference's answer, that ``strict=True`` never reaches the kernel it avoids, and
 The routes are exercised on every CPU by making the package believe it dispatches to AMX
 (``guards.dispatch_isa`` patched): the problem then takes the guarded lowering, which this
 CPU's kernels compute. Whether the guards are still needed is measured by
-``tests/isa_scan.py --unguarded`` on a CPU that has the ISA (README, "Every CPU").
+``tests/isa_scan.py --unguarded`` on a CPU that has the ISA (docs/cpus.md).
 """
 
 from __future__ import annotations

@@ -177,8 +177,8 @@ def test_each_lowering_matches_the_reference(cfg, op, kind, code):
 @pytest.mark.parametrize(("cfg", "op", "kind"), RULED, ids=RULED_IDS)
 def test_each_lowering_keeps_nan_and_inf_in_bounds(cfg, op, kind, code):
     """One NaN, +Inf and -Inf per input (three seeds): non-finite wherever the reference is,
-    NaN beyond it only where the zero-padded reading of the backward ops has it (README,
-    Deviations); the flipped-weights forward Convolution is exact like ConvTranspose."""
+    NaN beyond it only where the zero-padded reading of the backward ops has it (docs/deviations.md);
+    the flipped-weights forward Convolution is exact like ConvTranspose."""
     for seed in range(3):
         rng = np.random.default_rng(seed)
         arrays = with_non_finite(inputs_of(op, cfg.tensors(rng, code), cfg), rng)

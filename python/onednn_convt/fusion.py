@@ -545,7 +545,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         core = staged_core(op, problem)
         guard = guard or guards.STRIDED_DECONVOLUTION_EPILOGUE.name
     # in f32 also where the measured rules run the plain op so (bf16 without AMX is slower
-    # than f32 on some layers: README, Performance)
+    # than f32 on some layers: docs/performance.md)
     in_f32 = plain_rule.endswith(lowering_rules.IN_F32)
     emulate = code in ("bf16", "f16") and (force_f32 or guarded or in_f32 or op._NATIVE_FUSED.get(code) is False)
     attempts = [] if unfused else [emulate] if emulate or code not in ("bf16", "f16") else [False, True]

@@ -1,5 +1,5 @@
 """Known-bad oneDNN 3.2 kernels, keyed by the CPU ISA oneDNN dispatches to, and which
-problems this package keeps away from them (README, "Deviations"; spec Part II section 12).
+problems this package keeps away from them (docs/cpus.md and docs/deviations.md).
 
 oneDNN picks its kernels by the ISA it dispatches to: the CPU's own, or lower under
 ``ONEDNN_MAX_CPU_ISA`` (read once per process). A guard is active where its kernels run:

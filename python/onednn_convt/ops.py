@@ -93,7 +93,7 @@ class _Plan:
         """``result``, or the call redone in f32 when a native bf16/f16 result holds an Inf or
         a NaN: oneDNN 3.2's native low-precision kernels (AVX-512) compute padded channel
         blocks and other groups together, so one non-finite input can turn outputs it does
-        not reach into NaN. The f32 kernels keep them apart (README, deviations)."""
+        not reach into NaN. The f32 kernels keep them apart (docs/deviations.md)."""
         if self.make_fallback is None or dtypes.all_finite(result):
             return result
         if self.fallback is None:
@@ -678,7 +678,7 @@ class ConvTranspose(_WeightsOp):
                 binary post-op's own tensor of dst's shape and strides (a residual): the
                 result then overwrites it, computed from its values before the call. For a
                 fused Add in NXC f32 the library runs that in place, the fastest residual
-                Add (README, "Fusion"); elsewhere the tensor is read from a copy.
+                Add (docs/guide/fusion.md); elsewhere the tensor is read from a copy.
 
         Arrays are NumPy arrays, torch tensors or other DLPack producers (CPU memory), all
         of one type; the result has that type (see :mod:`onednn_convt.interop`).

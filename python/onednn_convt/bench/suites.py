@@ -70,7 +70,7 @@ class Layer:
         compute_bound: a large, compute-bound shape (target 3 looks at these).
         slow: compiles slowly on some oneDNN versions; ``--skip-slow`` leaves it out.
         sweep: for the sweep suite, (axis, value) that this layer varies.
-        note: one line for the README.
+        note: one line for the docs.
     """
 
     name: str

@@ -15,7 +15,7 @@ Both results are the weights' memory as laid out (no finishing copy). A tap that
 the padding is a zero in the frames; with an Inf or NaN in src, 0 * Inf would turn it into a
 NaN where the op has no term at all, so such calls are redone by the library's f32 kernel.
 
-The rule (documented in the README): bf16 or f16, groups 1, the library's bf16 kernel ruled
+The rule (documented in docs/performance.md): bf16 or f16, groups 1, the library's bf16 kernel ruled
 out by the condition above, at least :data:`MIN_MACS` multiply-adds (below that the f32 path
 costs a few microseconds and this one's NumPy framing more), frames at most
 :data:`MAX_FRAMES_RATIO` times diff_dst.

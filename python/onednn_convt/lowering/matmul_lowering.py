@@ -23,7 +23,7 @@ of the 4.4 ms of the inverse-STFT layer, against 2.4 ms in all this way): IOX we
 the left matrix (IC, OC*k) and the frames are laid out (OC*k, N*L); XOI weights are the
 right matrix (k*OC, IC) and the frames (N, L, k*OC).
 
-The rule (documented in the README): 1 spatial dim, groups 1, dilation 1, kernel >= 128;
+The rule (documented in docs/performance.md): 1 spatial dim, groups 1, dilation 1, kernel >= 128;
 for BackwardData also kernel <= 8 * stride, so that the frames stay within 8 times diff_dst,
 and it also takes smaller kernels in f32 NXC/XOI calls with OC*k >= 2048, where the
 library's f32 backward data is slower than the MatMul (:func:`applies_backward_data`).

@@ -210,7 +210,7 @@ def f16_backward_weights_in_f32(p: Problem) -> bool:
     took 90-1,090x the time of the same op computed in f32 on each of the six models layers
     (15 s against 14 ms a call on the DCGAN 16x16 layer), in NCX and NXC. Not a wrong
     result: a speed rule, so ``op.guard`` stays None. Under ``ONEDNN_MAX_CPU_ISA=
-    AVX512_CORE_FP16`` see the README's Autotuning figures; below that f16 is emulated
+    AVX512_CORE_FP16`` see docs/guide/autotuning.md; below that f16 is emulated
     anyway."""
     return p.dtype == "f16" and guards.dispatch_isa() in SLOW_F16_BACKWARD_WEIGHTS
 

@@ -83,7 +83,7 @@ def backward_weights_needs_f32(src: Sequence[int], kernel: Sequence[int], dilati
 
 #: the most extra multiply-adds (as a factor) that a native bf16 call with zero-padded
 #: kernel taps may cost before f32 is chosen instead (guards.AMX_STRIDE_NOT_BELOW_KERNEL);
-#: AMX bf16 ran 2.9-3.8x the f32 speed on the models suite (README, Performance)
+#: AMX bf16 ran 2.9-3.8x the f32 speed on the models suite (docs/performance.md)
 MAX_PADDED_KERNEL_COST = 2.5
 
 
