@@ -606,12 +606,17 @@ CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
     bounds.insert(bounds.end(), spec_.stage_starts.begin(), spec_.stage_starts.end());
     bounds.push_back(std::max<size_t>(1, spec_.nodes.size()));
     for (size_t b = 0; b + 1 < bounds.size(); ++b) build_stage(bounds[b], bounds[b + 1], inputs, outputs);
-    // which stages write into the output's memory (see Stage::to_output), last first
+    // which partitions write into the output's memory (see Stage::to_output), last first
     const TensorDesc &o = spec_.output;
     stages_.back().to_output = true;
     for (size_t s = stages_.size() - 1; s-- > 0;) {
         const TensorDesc &d = stages_[s].output;
-        stages_[s].to_output = stages_[s + 1].to_output && stages_[s + 1].carried_in_place && d.shape == o.shape &&
+        std::vector<size_t> users;
+        for (size_t later = s + 1; later < stages_.size(); ++later)
+            for (int64_t src : stages_[later].sources)
+                if (src == -1 - static_cast<int64_t>(s)) users.push_back(later);
+        stages_[s].to_output = users.size() == 1 && stages_[users[0]].to_output &&
+                               stages_[users[0]].in_place_source == static_cast<int64_t>(s) && d.shape == o.shape &&
                                d.strides == o.strides && d.dtype == o.dtype;
     }
     std::vector<bool> taken(inputs.size(), false);
@@ -688,21 +693,32 @@ void CompiledOp::build_stage(size_t first, size_t end, const std::vector<lt> &in
         message = k + what;
         throw dnnl::error(dnnl_unimplemented, message.c_str());
     }
-    size_t carried = first > 0 ? outputs[first - 1].get_id() : SIZE_MAX;
-    lt carried_lt = first > 0 ? outputs[first - 1] : lt();
-    for (const auto &part : partitions) {
+    // in an order where each partition comes after those whose results it takes
+    std::vector<dg::partition> pending(partitions.begin(), partitions.end());
+    auto available = [&](const lt &port) {
+        return produced_.count(port.get_id()) > 0 ||
+               std::any_of(inputs.begin(), inputs.end(), [&](const lt &t) { return t.get_id() == port.get_id(); });
+    };
+    while (!pending.empty()) {
+        auto ready = std::find_if(pending.begin(), pending.end(), [&](const dg::partition &part) {
+            const auto ports = part.get_input_ports();
+            return std::all_of(ports.begin(), ports.end(), available);
+        });
+        if (ready == pending.end())
+            invalid(k, "a partition takes a tensor that is neither a graph input nor an earlier partition's result");
+        const dg::partition part = *ready;
+        pending.erase(ready);
         Stage stage;
         // the partition's input ports in its own order (a fused graph's may differ from ours)
         for (const auto &port : part.get_input_ports()) {
-            if (port.get_id() == carried) {
-                stage.sources.push_back(-1);
-                stage.input_lts.push_back(carried_lt);
+            auto made = produced_.find(port.get_id());
+            if (made != produced_.end()) {
+                stage.sources.push_back(-1 - made->second);
+                stage.input_lts.push_back(stages_[static_cast<size_t>(made->second)].output_lt);
                 continue;
             }
             auto it = std::find_if(inputs.begin(), inputs.end(),
                                    [&](const lt &t) { return t.get_id() == port.get_id(); });
-            if (it == inputs.end())
-                invalid(k, "a partition takes a tensor that is neither a graph input nor the previous partition's result");
             stage.sources.push_back(static_cast<int64_t>(it - inputs.begin()));
             stage.input_lts.push_back(*it);
         }
@@ -714,13 +730,14 @@ void CompiledOp::build_stage(size_t first, size_t end, const std::vector<lt> &in
         stage.output_lt = *node;
         stage.output = n + 1 == outputs.size() ? spec_.output : spec_.nodes[n].output;
         stage.compiled = part.compile(stage.input_lts, {stage.output_lt}, cpu_engine());
-        for (const auto &pair : stage.compiled.get_inplace_ports())
-            if (pair.first == carried && pair.second == out_id) stage.carried_in_place = true;
+        for (const auto &pair : stage.compiled.get_inplace_ports()) {
+            auto made = produced_.find(pair.first);
+            if (pair.second == out_id && made != produced_.end()) stage.in_place_source = made->second;
+        }
+        produced_[out_id] = static_cast<int64_t>(stages_.size());
         stages_.push_back(std::move(stage));
-        carried = out_id;
-        carried_lt = *node;
     }
-    if (carried != outputs[end - 1].get_id()) invalid(k, "a stage's partitions do not end at its last node");
+    if (!produced_.count(outputs[end - 1].get_id())) invalid(k, "a stage's partitions do not end at its last node");
 }
 
 namespace {
@@ -814,10 +831,11 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
     dnnl::stream &stream = thread_stream();
     std::unique_lock<std::mutex> lock;
     if (serialized_) lock = std::unique_lock<std::mutex>(execution_locks[key_hash_ % kLockStripes]);
-    // results that cannot live in the output, alternately: kept by the thread for its next
-    // run (freed past kKeptScratch)
-    thread_local std::vector<char> scratch[2];
-    void *carried = nullptr;
+    // results that cannot live in the output, one buffer per partition: kept by the thread
+    // for its next run (freed past kKeptScratch)
+    thread_local std::vector<std::vector<char>> scratch;
+    if (scratch.size() < stages_.size()) scratch.resize(stages_.size());
+    std::vector<void *> results(stages_.size(), nullptr);
     try {
         for (size_t s = 0; s < stages_.size(); ++s) {
             const Stage &stage = stages_[s];
@@ -825,13 +843,13 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
             in.reserve(stage.sources.size());
             for (size_t i = 0; i < stage.sources.size(); ++i) {
                 const int64_t src = stage.sources[i];
-                in.emplace_back(stage.input_lts[i], cpu_engine(), src >= 0 ? inputs[src] : carried);
+                in.emplace_back(stage.input_lts[i], cpu_engine(), src >= 0 ? inputs[src] : results[-1 - src]);
             }
-            void *target = s + 1 == stages_.size() ? output : stage_target(s, inputs, output, scratch[s % 2]);
+            void *target = s + 1 == stages_.size() ? output : stage_target(s, inputs, output, scratch[s]);
             std::vector<dg::tensor> out{dg::tensor(stage.output_lt, cpu_engine(), target)};
             stage.compiled.execute(stream, in, out);
             stream.wait();
-            carried = target;
+            results[s] = target;
         }
         for (auto &buffer : scratch)
             if (buffer.capacity() > kKeptScratch) std::vector<char>().swap(buffer);

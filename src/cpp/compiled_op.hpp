@@ -91,19 +91,21 @@ public:
     size_t stages() const { return stages_.size(); }
 
 private:
-    // One separately compiled partition of the graph. `sources[i]` says where port i's
-    // tensor comes from: a graph input (>= 0) or the previous stage's result (-1).
+    // One separately compiled partition of the graph (the stages' partitions, in an order
+    // where each comes after those whose results it takes). `sources[i]` says where port i's
+    // tensor comes from: a graph input (>= 0) or partition k's result (-1 - k).
     struct Stage {
         dnnl::graph::compiled_partition compiled;
         std::vector<dnnl::graph::logical_tensor> input_lts;  // in the partition's port order
         std::vector<int64_t> sources;
         dnnl::graph::logical_tensor output_lt;
         TensorDesc output;
-        // whether the library may read the previous stage's result from this one's output
-        // memory (its in-place ports pair them)
-        bool carried_in_place = false;
-        // whether this stage writes its result into the op's output (the last stage, and
-        // each one before it whose layout is the output's and whose successor reads it in place)
+        // the partition whose result the library may read from this one's output memory (its
+        // in-place ports pair them); -1: none
+        int64_t in_place_source = -1;
+        // whether this partition writes its result into the op's output: the last one, and one
+        // whose result has the output's layout and goes, in place, to one later partition only
+        // that writes the output too
         bool to_output = false;
     };
     void build_stage(size_t first, size_t end, const std::vector<dnnl::graph::logical_tensor> &inputs,
@@ -112,6 +114,8 @@ private:
     // the output itself where Stage::to_output and no later stage reads a graph input that
     // overlaps it, else `scratch` (resized).
     void *stage_target(size_t s, const std::vector<void *> &inputs, void *output, std::vector<char> &scratch) const;
+    // Partition ids of the graph's intermediate results built so far: lt id -> partition index.
+    std::unordered_map<size_t, int64_t> produced_;
 
     OpSpec spec_;
     // oneDNN 3.2's ConvTransposeBackwardWeights and ConvolutionBackwardWeights share their
