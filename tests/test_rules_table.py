@@ -35,14 +35,22 @@ def make_rules():
 def test_shape_classes():
     img, n = (16, 16), 8
     assert shape_class((16,), (8,), 1, 512, 256, (1024,), n) == "1d"
+    assert shape_class((16,), (8,), 1, 64, 16, (1024,), n) == "1d-thin"  # under THIN_CHANNELS out
     assert shape_class((3, 3), (1, 1), 128, 128, 128, img, n) == "depthwise"
+    assert shape_class((4, 4), (2, 2), 128, 128, 128, img, n) == "depthwise-strided"
     assert shape_class((3, 3), (1, 1), 4, 128, 64, img, n) == "grouped"
     assert shape_class((2, 2), (2, 2), 1, 128, 64, img, n) == "tiled"
-    assert shape_class((2, 2, 2), (2, 2, 3), 1, 32, 32, (8, 8, 8), n) == "3d"  # rank first, then the taps
-    assert shape_class((3, 3, 3), (1, 1, 1), 32, 32, 32, (8, 8, 8), n) == "depthwise"
+    assert shape_class((2, 2, 2), (2, 2, 3), 1, 32, 32, (8, 8, 8), n) == "3d-tiled"  # rank, then the taps
+    assert shape_class((3, 3, 3), (2, 2, 2), 1, 32, 32, (8, 8, 8), n) == "3d"
+    assert shape_class((3, 3, 3), (1, 1, 1), 32, 32, 32, (8, 8, 8), n) == "depthwise"  # groups before rank
     assert shape_class((2, 2), (2, 3), 1, 64, 64, img, n) == "tiled"
     assert shape_class((4, 4), (2, 2), 1, 256, 128, img, n) == "dense"
     assert shape_class((2, 3), (2, 2), 1, 64, 64, img, n) == "dense"  # one dim overlaps
+    assert shape_class((3, 3), (1, 1), 1, 256, 128, img, n) == "stride1"
+    assert shape_class((3, 3), (1, 1), 1, 256, 3, img, n) == "stride1"  # stride 1 before thin
+    assert shape_class((4, 4), (2, 2), 1, 64, 3, img, n) == "thin"
+    assert shape_class((4, 4), (2, 2), 1, 31, 64, img, n) == "thin"
+    assert shape_class((4, 4), (2, 2), 1, 32, 64, img, n) == "dense"  # THIN_CHANNELS is exclusive
     # a small src: up to SMALL_SRC positions (DCGAN's 4x4 first layers), in any aspect
     assert shape_class((4, 4), (2, 2), 1, 512, 256, (4, 4), n) == "small"
     assert shape_class((4, 4), (2, 2), 1, 512, 256, (8, 8), n) == "small"
@@ -140,7 +148,7 @@ def _problem(op, x, w):
 
 def test_the_rules_follow_the_table_where_it_can_run_the_problem(monkeypatch):
     rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((2, 32, 9, 9)).astype(np.float32), rng.standard_normal((32, 16, 4, 4)).astype(np.float32)
+    x, w = rng.standard_normal((2, 32, 9, 9)).astype(np.float32), rng.standard_normal((32, 32, 4, 4)).astype(np.float32)
     key = (FORWARD, "f32", "NCX", "dense")
     want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS)
 
@@ -171,7 +179,7 @@ def test_tiny_problems_have_their_own_class():
                      rng.standard_normal((4, 3, 4, 4)).astype(np.float32))
     assert small.flops < TINY_FLOPS and small.shape_class == "tiny"
     big = _problem(op, rng.standard_normal((2, 32, 9, 9)).astype(np.float32),
-                   rng.standard_normal((32, 16, 4, 4)).astype(np.float32))
+                   rng.standard_normal((32, 32, 4, 4)).astype(np.float32))
     assert big.flops >= TINY_FLOPS and big.shape_class == "dense"
 
 
@@ -207,14 +215,14 @@ def test_the_generator_picks_the_lowest_geometric_mean(tmp_path):
 
 
 def test_the_generator_classes_suite_layers_by_todays_shape_class():
-    """A run recorded before a class existed (the 3-D U-Net layer as "tiled") is grouped by
-    the class its layer has now; a layer not in the suites keeps its recorded class."""
+    """A run recorded before a class existed (the 3-D U-Net layer, k2 s2, as "tiled") is
+    grouped by the class its layer has now; a layer not in the suites keeps its recorded class."""
     gen = make_rules()
     old = _record("bwd_d", "f32", "NCX", "tiled", "conv3d", {"A": 1.0, "B": 2.0})
-    assert gen.record_class(old) == "3d"
+    assert gen.record_class(old) == "3d-tiled"
     assert gen.record_class(_record("bwd_d", "f32", "NCX", "tiled", "unet", {"A": 1.0})) == "tiled"
     assert gen.record_class(_record("bwd_d", "f32", "NCX", "dense", "one", {"A": 1.0})) == "dense"
-    assert [r["shape_class"] for r in gen.rules([old])] == ["3d"]
+    assert [r["shape_class"] for r in gen.rules([old])] == ["3d-tiled"]
 
 
 def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):

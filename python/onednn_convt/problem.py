@@ -22,44 +22,54 @@ BACKWARD_WEIGHTS = "ConvTransposeBackwardWeights"
 
 #: the shape classes of :func:`shape_class`, the keys of the measured rules tables
 #: (:mod:`onednn_convt.lowering.rules_table`)
-SHAPE_CLASSES = ("tiny", "1d", "depthwise", "grouped", "3d", "tiled", "small", "dense")
+SHAPE_CLASSES = ("tiny", "depthwise", "depthwise-strided", "grouped", "1d", "1d-thin", "3d", "3d-tiled", "tiled",
+                 "stride1", "thin", "small", "dense")
 
 #: FLOPs (2 x multiply-adds) under which a problem is of class ``"tiny"``
 TINY_FLOPS = 1_000_000
 #: src positions (the product of its spatial sizes) up to which a dense 2-D problem is
 #: of class ``"small"`` (8x8)
 SMALL_SRC = 64
+#: channels (input or output, the fewer) under which a problem is ``"thin"``
+THIN_CHANNELS = 32
 
 
 def shape_class(
     kernel: tuple[int, ...], strides: tuple[int, ...], groups: int, ic: int, oc: int, src: tuple[int, ...], n: int
 ) -> str:
-    """The class of a ConvTranspose shape that the measured rules are keyed by.
+    """The class of a ConvTranspose shape that the measured rules are keyed by: the features
+    that decide which lowering is fastest, fitted on the broad suite's fit half and checked
+    on its holdout half (docs/performance.md).
 
-    ``"tiny"``: under :data:`TINY_FLOPS`, a call bound by its per-call overhead (the tiny
-    suite's 1x4x5x5 layer, 5 kFLOP; the models suite's layers have 19 MFLOP and more);
-    else ``"1d"``: one spatial dim; ``"depthwise"``: one input and one output channel per
-    group; ``"grouped"``: other groups > 1; ``"3d"``: three spatial dims (oneDNN has its
-    own 3-D kernels: on a Sapphire Rapids CPU the 3-D U-Net BackwardData in f32 NCX ran
-    fastest as a Convolution, 0.70x the library op's time, and the 2-D one as the library
-    op, 0.80x the Convolution's); ``"tiled"``: every stride at least its kernel size (the
-    taps do not overlap: U-Net's k2 s2); ``"small"``: the rest, where src has at most
-    :data:`SMALL_SRC` positions (the first layers of an image generator: DCGAN's 4x4 src;
-    tuned on a Sapphire Rapids CPU under five ``ONEDNN_MAX_CPU_ISA`` levels, its fastest
-    lowering differed from the 16x16 layer's in 5 to 13 of 18 op/dtype/format rows per
-    level, and its BackwardWeights ran fastest as a MatMul over frames in 19 of 30 rows,
-    the 16x16 layer's in none); ``"dense"``: the rest (DCGAN's 16x16 k4 s2).
+    ``"tiny"``: under :data:`TINY_FLOPS`, a call bound by its per-call overhead; else, with
+    groups, ``"depthwise"`` (one input and one output channel per group, every stride 1),
+    ``"depthwise-strided"`` or ``"grouped"``; in 1-D, ``"1d-thin"`` (under
+    :data:`THIN_CHANNELS` input or output channels: a speech decoder's last layer) or
+    ``"1d"``; in 3-D, ``"3d-tiled"`` (every stride at least its kernel: the taps do not
+    overlap) or ``"3d"``; in 2-D, ``"tiled"`` (the taps do not overlap: U-Net's k2 s2),
+    ``"stride1"`` (every stride 1: no polyphase form), ``"thin"`` (under
+    :data:`THIN_CHANNELS` channels: a super-resolution or segmentation output),
+    ``"small"`` (src of at most :data:`SMALL_SRC` positions: a generator's first layers)
+    or ``"dense"``.
     """
     if flops(n, ic, oc, groups, kernel, src) < TINY_FLOPS:
         return "tiny"
-    if len(kernel) == 1:
-        return "1d"
     if groups > 1:
-        return "depthwise" if ic == groups and oc == groups else "grouped"
+        if ic == groups and oc == groups:
+            return "depthwise" if all(s == 1 for s in strides) else "depthwise-strided"
+        return "grouped"
+    tiled = all(s >= k for s, k in zip(strides, kernel))
+    thin = min(ic, oc) < THIN_CHANNELS
+    if len(kernel) == 1:
+        return "1d-thin" if thin else "1d"
     if len(kernel) == 3:
-        return "3d"
-    if all(s >= k for s, k in zip(strides, kernel)):
+        return "3d-tiled" if tiled else "3d"
+    if tiled:
         return "tiled"
+    if all(s == 1 for s in strides):
+        return "stride1"
+    if thin:
+        return "thin"
     if math.prod(src) <= SMALL_SRC:
         return "small"
     return "dense"
