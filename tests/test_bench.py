@@ -458,3 +458,32 @@ def test_first_calls_of_a_tuned_and_an_untuned_process(tmp_path, monkeypatch) ->
     assert rec["first_tuned_lowering"].endswith(f"(tuned: {tuned['chosen']})")
     assert rec["first_tuned_ms"] > 0 and rec["first_untuned_ms"] > 0 and rec["cache_read_ms"] > 0
     assert rec["first_tuned_vs_untuned"] == rec["first_tuned_ms"] / rec["first_untuned_ms"]
+
+
+@pytest.mark.parametrize("op", ["fwd", "bwd_d", "bwd_w"])
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_native_loop_runs_every_phase_of_a_polyphase_plan(op: str, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native loop of a polyphase plan runs each phase's partition on its views (as
+    compiled: a phase writing a strided view of dst gets that view), and says it leaves the
+    fills and sums out."""
+    from onednn_convt import lowering
+    from onednn_convt.bench import peers
+    from onednn_convt.lowering import base, polyphase
+
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+                        lowering.candidates(p)[0])
+    layer = suites.Layer("t", 2, 8, 6, (5, 4), (3, 4), 2, 1)
+    case = suites.Config("test", layer, op, "f32", fmt).build()
+    case.op(*case.args)
+    assert case.op.lowering.startswith("Polyphase"), case.op.lowering
+    run, note = peers.native_runner(case)
+    assert "phases only" in note
+    calls: list[int] = []
+    for plan in case.op.last_plan.plans:
+        if plan is not None:  # count the partition runs: each phase's loop runs k times
+            real = plan.compiled
+            monkeypatch.setattr(plan, "compiled", type("Counted", (), {
+                "time_loop": lambda self, a, o, k, real=real: (calls.append(k), real.time_loop(a, o, k))[1]})())
+    run, _ = peers.native_runner(case)
+    assert run(3) >= 0.0
+    assert calls == [3] * sum(p is not None for p in case.op.last_plan.plans) and len(calls) > 1

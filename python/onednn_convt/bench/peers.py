@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .. import reference
+from .. import ops, reference
 from .suites import Case, Config
 from .timing import BatchRunner
 
@@ -33,22 +33,48 @@ REF_MAX_FLOPS = 1e8
 
 # -- native loop --------------------------------------------------------------------------
 def native_runner(case: Case) -> tuple[BatchRunner, str]:
-    """A batch runner over the compiled partition of ``case.op``'s last plan, and a note.
+    """A batch runner over the compiled partitions of ``case.op``'s last plan, and a note.
 
-    The op must have been called on ``case.args`` before.
+    The op must have been called on ``case.args`` before. A polyphase plan's loop runs each
+    phase's partition in turn, on that phase's views of the arrays (phases without taps,
+    filled with zeros or the bias, are left out and the note says so).
     """
     plan = case.op.last_plan
     if plan is None:
         msg = "bench: the op has not run yet, so it has no compiled partition to loop over"
         raise ValueError(msg)
-    low = plan.lowering
     arrays = list(case.args) + [None] * (len(case.op.input_names) - len(case.args))
+    phases = getattr(plan.lowering, "phases", None)
+    if not phases:
+        return _plan_runner(plan, arrays)
+    runners, notes = [], {"phases only (no fills or sums)"}
+    result = np.empty(plan.lowering.out_shape, plan.dtype)
+    for phase, sub in zip(phases, plan.plans):
+        if sub is None:
+            continue
+        view = result[phase.out] if phase.out else result
+        target = view if not phase.accumulate and ops.writable_as_given(view) else None
+        run, note = _plan_runner(sub, [arrays[i][v] if v else arrays[i] for i, v in phase.inputs], target)
+        runners.append(run)
+        notes.update(filter(None, note.split("; ")))
+
+    def run_all(k: int) -> float:
+        return sum(r(k) for r in runners)
+
+    return run_all, "; ".join(sorted(notes))
+
+
+def _plan_runner(plan: Any, arrays: list[Any], target: Optional[np.ndarray] = None) -> tuple[BatchRunner, str]:
+    """The loop over one plan's partition, writing ``target`` where the plan was compiled
+    for it (a phase's view of the result), else a dense buffer."""
+    low = plan.lowering
     args = low.library_args(arrays, plan.emulated)
     if plan.fixers:
         args = [f(a) if f else a for f, a in zip(plan.fixers, args)]
-    shape = low.library_out_shape
-    dtype = np.float32 if plan.emulated else plan.dtype
-    out = np.empty(shape, dtype)
+    if target is not None and plan.direct and not low.library_shape:
+        out = target
+    else:
+        out = np.empty(low.library_out_shape, np.float32 if plan.emulated else plan.dtype)
     compiled = plan.compiled
     notes = []
     if plan.emulated:
