@@ -5,25 +5,26 @@ dispatch ISA (its ``isa`` field; the ``cpu`` field names the CPU, or give ``--cp
 runs of one CPU and ISA class are merged into one table (a configuration tuned in two of
 them is an error)::
 
-    onednn-convt tune --suite broad --fit --retune --json benchmarks/results/zen5/tune_broad.json
+    onednn-convt tune --suite models --skip-slow --retune --json benchmarks/results/zen5/tune_models.json
+    onednn-convt tune --suite broad-fit --retune --json benchmarks/results/zen5/tune_broad_fit.json
     onednn-convt tune --suite tiny --retune --json benchmarks/results/zen5/tune_tiny.json
-    python benchmarks/make_rules.py benchmarks/results/zen5/tune_*.json
+    python benchmarks/make_rules.py benchmarks/results/zen5/tune_models.json \
+        benchmarks/results/zen5/tune_broad_fit.json benchmarks/results/zen5/tune_tiny.json
     python benchmarks/make_rules.py --default        # the conservative table, from every CPU's
 
-Records are grouped by problem class: op, dtype, data format and
-:func:`onednn_convt.problem.shape_class` (recomputed from the record's layer where it names
-a suite layer). In each group every candidate timed in all of its rows is scored by the
-geometric mean, over the rows, of its time over the fastest such candidate's in the row;
-the lowest score is the group's rule, and every score is kept in the table. Rows with one
-candidate (a guard's route) and candidates refused or wrong in any row of the group do not
-take part.
+A CPU's table keeps each tuned configuration with two or more candidates (one is a guard's
+route) as a measured layer: the suite layer's shape and each candidate's time over the
+fastest's (candidates refused or wrong there are left out). A problem then runs as its
+nearest measured layers ran fastest (:meth:`onednn_convt.lowering.rules_table.Table.choose`).
 
-``--default`` writes ``default.json``, the rules of a CPU with no table of its own: for
-each class, the library's own op in the native dtype (ConvTranspose,
-ConvTransposeBackwardData, ConvTransposeBackwardWeights; never "... in f32"), unless one
-other lowering beat it by at least ``--margin`` in the table of every CPU measured that
-has the class (tables measured under an ``ONEDNN_MAX_CPU_ISA`` cap do not count: a cap
-changes the instructions, not the machine).
+``--default`` writes ``default.json``, the rules of a CPU with no table of its own, per
+class (op, dtype, data format, :func:`onednn_convt.problem.shape_class`): the library's own
+op in the native dtype (ConvTranspose, ConvTransposeBackwardData,
+ConvTransposeBackwardWeights; never "... in f32"), unless one other lowering beat it by at
+least ``--margin`` on every CPU measured that has the class. A candidate's score in a class
+is the geometric mean, over the class's layers, of its time over the fastest candidate
+measured on all of them (:func:`class_scores`). Tables measured under an
+``ONEDNN_MAX_CPU_ISA`` cap do not count: a cap changes the instructions, not the machine.
 """
 
 from __future__ import annotations
@@ -54,62 +55,84 @@ def score(rows: list[dict[str, float]], name: str, among: set[str]) -> float:
     return math.exp(sum(math.log(r[name] / min(r[n] for n in among)) for r in rows) / len(rows))
 
 
-def record_class(r: dict[str, Any]) -> str:
-    """A record's shape class by today's :func:`onednn_convt.problem.shape_class`, computed
-    from its layer where the record names a suite layer (runs made before a class was
-    added), else as the run recorded it."""
-    suite, layer = r["key"].split("/")[:2]
+def suite_layer(key: str) -> suites.Layer | None:
+    """The suite layer a record's key (``suite/layer/op/dtype/format``) names, or None."""
+    suite, name = key.split("/")[:2]
     try:
-        lay = next(x for x in suites.layers(suite) if x.name == layer)
+        return next(x for x in suites.layers(suite) if x.name == name)
     except (ValueError, StopIteration):
-        return str(r["shape_class"])
-    return lay.shape_class
+        return None
 
 
-def rules(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The table's rules (sorted by class) from one CPU and ISA class's records."""
-    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        if r.get("chosen") is not None and len(r.get("times_us") or {}) > 1:
-            groups[(OPS[r["op"]], r["dtype"], r["data_format"], record_class(r))].append(r)
+def measured_layers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table's layers: each record with two or more candidates timed, its layer's shape
+    and each candidate's time over the fastest's (a record whose layer is in no suite is
+    left out, saying so)."""
     out = []
-    for (op, dtype, fmt, cls), rows in sorted(groups.items()):
-        times = [r["times_us"] for r in rows]
-        common = set.intersection(*(set(t) for t in times)) - set().union(*(set(r["rejected"]) for r in rows))
-        if not common:
+    for r in records:
+        times = r.get("times_us") or {}
+        if r.get("chosen") is None or len(times) < 2:
             continue
-        scores = {n: round(score(times, n, common), 4) for n in sorted(common)}
-        best = min(sorted(common), key=lambda n: scores[n])
-        out.append({"op": op, "dtype": dtype, "data_format": fmt, "shape_class": cls, "lowering": best,
-                    "rows": sorted({r["key"].split("/")[1] for r in rows}), "scores": scores})
+        lay = suite_layer(r["key"])
+        if lay is None:
+            print(f"{r['key']}: no such suite layer today; left out", file=sys.stderr)
+            continue
+        best = min(times.values())
+        out.append({"layer": "/".join(r["key"].split("/")[:2]), "op": OPS[r["op"]], "dtype": r["dtype"],
+                    "data_format": r["data_format"], "n": lay.n, "ic": lay.ic, "oc": lay.oc, "groups": lay.groups,
+                    "src": list(lay.spatial), "kernel": list(lay.kernel), "strides": [lay.stride] * len(lay.kernel),
+                    "ratios": {n: round(t / best, 4) for n, t in sorted(times.items())}})
+    return sorted(out, key=lambda m: (m["op"], m["dtype"], m["data_format"], m["layer"]))
+
+
+def class_scores(layers: tuple[rules_table.Measured, ...]) -> dict[rules_table.Key, dict[str, float]]:
+    """Per class (op, dtype, data format, today's shape class): each candidate measured on
+    every layer of the class, scored by :func:`score` over them."""
+    groups: dict[rules_table.Key, list[dict[str, float]]] = defaultdict(list)
+    for m in layers:
+        groups[(m.op, m.dtype, m.data_format, m.shape_class)].append(m.ratios)
+    out = {}
+    for key, rows in sorted(groups.items()):
+        common = set.intersection(*(set(r) for r in rows))
+        if common:
+            out[key] = {n: round(score(rows, n, common), 4) for n in sorted(common)}
     return out
 
 
 def default_rules(tables: list[rules_table.Table], margin: float) -> list[dict[str, Any]]:
     """The conservative default's rules (see the module docstring)."""
-    keys = sorted(set().union(*(t.entries for t in tables))) if tables else []
+    scored = {t.name: class_scores(t.layers) for t in tables}
+    keys = sorted(set().union(*scored.values())) if scored else []
     out = []
     for key in keys:
         op = key[0]
         own = LIBRARY_OP[op]
-        having = [t for t in tables if key in t.scores and own in t.scores[key]]
+        having = [t for t in tables if own in scored[t.name].get(key, {})]
         choice, why = own, "the library's own op"
-        if having and len(having) == sum(key in t.scores for t in tables):
-            rivals = set.intersection(*(set(t.scores[key]) for t in having)) - {own}
+        if having and len(having) == sum(key in scored[t.name] for t in tables):
+            rivals = set.intersection(*(set(scored[t.name][key]) for t in having)) - {own}
             winners = [n for n in sorted(rivals) if not n.endswith(" in f32")
-                       and all(t.scores[key][own] >= margin * t.scores[key][n] for t in having)]
+                       and all(scored[t.name][key][own] >= margin * scored[t.name][key][n] for t in having)]
             if winners:
-                choice = min(winners, key=lambda n: max(t.scores[key][n] for t in having))
-                why = "won by " + ", ".join(f"{t.scores[key][own] / t.scores[key][choice]:.2f}x on {t.name}"
-                                            for t in having)
+                choice = min(winners, key=lambda n: max(scored[t.name][key][n] for t in having))
+                why = "won by " + ", ".join(
+                    f"{scored[t.name][key][own] / scored[t.name][key][choice]:.2f}x on {t.name}" for t in having)
         out.append({"op": key[0], "dtype": key[1], "data_format": key[2], "shape_class": key[3],
-                    "lowering": choice, "rows": [], "why": why,
-                    "scores": {t.name: t.scores.get(key, {}).get(choice, math.nan) for t in having}})
+                    "lowering": choice, "why": why,
+                    "scores": {t.name: scored[t.name].get(key, {}).get(choice, math.nan) for t in having}})
     return out
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:
-    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    """The table as JSON: one line per provenance field, rule and measured layer."""
+    lines = []
+    for k, v in doc.items():
+        if isinstance(v, list) and v and isinstance(v[0], dict):
+            items = ",\n  ".join(json.dumps(x) for x in v)
+            lines.append(f" {json.dumps(k)}: [\n  {items}\n ]")
+        else:
+            lines.append(f" {json.dumps(k)}: {json.dumps(v)}")
+    path.write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,10 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"format": rules_table.FORMAT, "cpu": cpu, "cpu_name": group["cpu_name"], "isa": cls,
                "capped": args.capped, "onednn": "/".join(sorted(onednn)), "threads": "/".join(sorted(threads)),
                "date": args.date, "suites": suite_names, "sources": group["sources"],
-               "note": args.note, "rules": rules(group["records"])}
+               "note": args.note, "layers": measured_layers(group["records"])}
         name = f"{cpu}-{cls}"
         write(args.out / f"{name}.json", doc)
-        print(f"wrote {args.out / (name + '.json')}: {len(doc['rules'])} rules")
+        print(f"wrote {args.out / (name + '.json')}: {len(doc['layers'])} measured configurations")
     return 0
 
 

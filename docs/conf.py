@@ -33,6 +33,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "cli_reference",
+    "package_tables",
 ]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]

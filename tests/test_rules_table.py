@@ -1,7 +1,7 @@
-"""The measured rules table: its generator (benchmarks/make_rules.py) picks, per ISA class and
-problem class, the candidate with the lowest geometric-mean time over the row's fastest;
-the rules follow the table where it has the problem's class and the name can run the
-problem, and the hand-written fallback elsewhere."""
+"""The measured rules tables: their generator (benchmarks/make_rules.py) keeps each tuned
+configuration as a measured layer (and makes the default's class rules); a problem runs as
+its nearest measured layers ran fastest, among the lowerings that can run it, and by the
+hand-written fallback where the table cannot say."""
 
 from __future__ import annotations
 
@@ -82,10 +82,17 @@ def test_the_shipped_tables_name_candidates_of_known_classes():
         if cpu != "default":
             assert table.provenance["cpu_name"] and table.provenance["onednn"].startswith("3.2.0")
             assert all(src.startswith("benchmarks/results/") for src in table.provenance["sources"])
+            assert table.layers and not table.entries, table.name  # a CPU's table: measured layers
+        else:
+            assert table.entries and not table.layers
+        ops = ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
         for (op, dtype, fmt, shape), name in table.entries.items():
-            assert op in ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
-            assert dtype in ("f32", "bf16", "f16") and fmt in ("NCX", "NXC") and shape in SHAPE_CLASSES
+            assert op in ops and dtype in ("f32", "bf16", "f16") and fmt in ("NCX", "NXC") and shape in SHAPE_CLASSES
             assert name.removesuffix(lowering.IN_F32) in names, name
+        for m in table.layers:
+            assert m.op in ops and m.dtype in ("f32", "bf16", "f16") and m.data_format in ("NCX", "NXC")
+            assert min(m.ratios.values()) == 1.0 and len(m.ratios) >= 2, m
+            assert all(n.removesuffix(lowering.IN_F32) in names for n in m.ratios), m
 
 
 def test_the_default_keeps_the_library_op_unless_a_rival_won_everywhere():
@@ -97,12 +104,13 @@ def test_the_default_keeps_the_library_op_unless_a_rival_won_everywhere():
     assert set(default.provenance["made_from"]) == {t.name for t in native}
     margin = default.provenance["margin"]
     gen = make_rules()
+    scored = {t.name: gen.class_scores(t.layers) for t in native}
     for key, name in default.entries.items():
         own = gen.LIBRARY_OP[key[0]]
         assert not name.endswith(lowering.IN_F32)
         if name != own:
-            having = [t for t in native if key in t.scores]
-            assert having and all(t.scores[key][own] >= margin * t.scores[key][name] for t in having), (key, name)
+            having = [scored[t.name][key] for t in native if key in scored[t.name]]
+            assert having and all(sc[own] >= margin * sc[name] for sc in having), (key, name)
 
 
 def test_tables_are_chosen_by_cpu_and_isa(monkeypatch):
@@ -183,86 +191,167 @@ def test_tiny_problems_have_their_own_class():
     assert big.flops >= TINY_FLOPS and big.shape_class == "dense"
 
 
-def _record(op, dtype, fmt, cls, layer, times, rejected=None):
-    return {"key": f"models/{layer}/{op}/{dtype}/{fmt}", "op": op, "dtype": dtype, "data_format": fmt,
-            "shape_class": cls, "chosen": min(times, key=times.get), "times_us": times, "rejected": rejected or {}}
+def _record(op, dtype, fmt, layer, times, rejected=None, suite="models"):
+    return {"key": f"{suite}/{layer}/{op}/{dtype}/{fmt}", "op": op, "dtype": dtype, "data_format": fmt,
+            "shape_class": "recorded", "chosen": min(times, key=times.get), "times_us": times,
+            "rejected": rejected or {}}
 
 
-def test_the_generator_picks_the_lowest_geometric_mean(tmp_path):
+def _measured(layer, ratios, op=FORWARD, **shape):
+    geometry = dict(n=8, ic=64, oc=64, groups=1, src=(16, 16), kernel=(4, 4), strides=(2, 2)) | shape
+    return rules_table.Measured(layer, op, "f32", "NCX", ratios=ratios, **geometry)
+
+
+def _fwd_problem(n=8, ic=64, out_channels=64, src=(16, 16), kernel=(4, 4), strides=(2, 2), groups=1):
+    """A ConvTranspose problem of these sizes (pads 0)."""
+    op = oc.ConvTranspose(strides=list(strides), groups=groups, data_format="NCX", weights_format="IOX")
+    x = np.zeros((n, ic, *src), np.float32)
+    w = np.zeros((ic, out_channels // groups, *kernel), np.float32)
+    return op._problem([x, w, None], "f32")
+
+
+def test_the_nearest_measured_layers_choose():
+    """Among the three nearest layers of the op, dtype and data format, the candidate with the
+    lowest weighted sum of log time ratios (weights 1, 1/2, 1/3 from the nearest) wins."""
+    p = _fwd_problem()
+    same = _measured("same", {"A": 1.0, "B": 1.5})  # distance 0
+    batch = _measured("batch", {"A": 1.4, "B": 1.0}, n=16)  # one doubling away
+    channels = _measured("channels", {"A": 1.5, "B": 1.0}, ic=256)  # two doublings
+    far = _measured("far", {"A": 9.0, "B": 1.0}, ic=4096)  # not among the three nearest
+    other_op = _measured("bwd", {"A": 9.0, "B": 1.0}, op=BACKWARD_DATA)
+    table = rules_table.Table("t", "t", "t", {}, layers=(far, channels, batch, same, other_op))
+    # A: log 1 + log 1.4 / 2 + log 1.5 / 3 = 0.303; B: log 1.5 = 0.405
+    assert table.choose(p, ["A", "B"]) == "A"
+    assert table.choose(p, ["B", "C"]) == "B"  # only what can run the problem
+    assert table.choose(p, ["C"]) is None
+    # the nearer layers' verdict weighs more: B twice as fast on the second and third
+    table = rules_table.Table("t", "t", "t", {}, layers=(same, _measured("batch", {"A": 2.0, "B": 1.0}, n=16),
+                                                         _measured("ch", {"A": 2.0, "B": 1.0}, ic=256)))
+    assert table.choose(p, ["A", "B"]) == "B"  # A: 0 + 0.347 + 0.231 = 0.578 > B's 0.405
+    # a candidate not measured on all of the three: the nearest two decide, then the nearest
+    table = rules_table.Table("t", "t", "t", {}, layers=(
+        _measured("same", {"P": 1.0, "A": 3.0}), _measured("batch", {"P": 1.0, "A": 2.0}, n=16),
+        _measured("ch", {"A": 1.0, "B": 1.2}, ic=256)))
+    assert table.choose(p, ["P", "B"]) == "P"
+    assert rules_table.Table("t", "t", "t", {}).choose(p, ["A"]) is None  # no layers, no entries
+
+
+def test_the_features_order_layers_by_shape():
+    """Each feature counts alike: a doubling of channels, batch or src positions is as far as
+    one more spatial dim; groups, depthwise and tiled layers sit apart."""
+    import math as m
+
+    from onednn_convt.problem import features
+
+    base_ = features((4, 4), (2, 2), 1, 64, 64, (16, 16), 8)
+    assert m.dist(base_, features((4, 4), (2, 2), 1, 128, 64, (16, 16), 8)) == pytest.approx(1.0)
+    assert m.dist(base_, features((4, 4), (2, 2), 1, 64, 64, (16, 32), 8)) == pytest.approx(1.0)
+    assert m.dist(base_, features((4, 4), (2, 2), 1, 64, 64, (16, 16), 16)) == pytest.approx(1.0)
+    depthwise = features((4, 4), (2, 2), 64, 64, 64, (16, 16), 8)
+    grouped = features((4, 4), (2, 2), 4, 64, 64, (16, 16), 8)
+    assert m.dist(base_, depthwise) > m.dist(base_, grouped) > 2
+    assert features((2, 2), (2, 2), 1, 64, 64, (16, 16), 8)[9] == 1.0  # tiled
+    assert _fwd_problem().features == base_
+
+
+def test_the_rules_follow_the_nearest_layers(monkeypatch):
+    """With this CPU's kind of table, the op runs what its nearest layer measured fastest, and
+    the result is right either way."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 32, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((32, 32, 4, 4)).astype(np.float32)
+    want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS)
+    for name in (base.CONV_TRANSPOSE, base.CONVOLUTION_BACKWARD_DATA, base.POLYPHASE):
+        layer = _measured("here", {name: 1.0, "other": 2.0}, n=2, ic=32, oc=32, src=(9, 9))
+        table = rules_table.Table("test", "test", "test", {}, layers=(layer,))
+        monkeypatch.setattr(rules, "table", lambda table=table: (table, "a test's"))
+        op = oc.ConvTranspose(**ATTRS)
+        assert lowering.rule(_problem(op, x, w)) == name
+        assert_close(op(x, w), want, "f32", 32 * 16)
+        assert op.lowering.startswith(name)
+
+
+def test_the_generator_keeps_each_configuration_as_a_measured_layer(tmp_path, capsys):
     records = [
-        # A wins one row by 2x, B wins the other by 1.1x: A's geomean 1.05, B's 1.41
-        _record("fwd", "f32", "NCX", "dense", "one", {"A": 100.0, "B": 200.0}),
-        _record("fwd", "f32", "NCX", "dense", "two", {"A": 110.0, "B": 100.0}),
-        # C is fastest but refused in the other row: it cannot be the class's rule
-        _record("bwd_d", "bf16", "NXC", "tiled", "one", {"C": 1.0, "D": 5.0, "E": 6.0}),
-        _record("bwd_d", "bf16", "NXC", "tiled", "two", {"D": 5.0, "E": 4.5}, {"C": "refused"}),
-        # one candidate (a guard's route): no entry
-        {"key": "models/x/bwd_w/f16/NCX", "op": "bwd_w", "dtype": "f16", "data_format": "NCX",
+        _record("fwd", "f32", "NCX", "dcgan1", {"A": 100.0, "B": 200.0}),
+        _record("bwd_d", "bf16", "NXC", "unet", {"D": 5.0, "E": 4.0}, {"C": "refused"}),
+        # one candidate (a guard's route): left out
+        {"key": "models/hifigan/bwd_w/f16/NCX", "op": "bwd_w", "dtype": "f16", "data_format": "NCX",
          "shape_class": "1d", "chosen": None},
+        _record("fwd", "f32", "NCX", "gone", {"A": 1.0, "B": 2.0}),  # a layer no suite has today
     ]
     run = tmp_path / "tune.json"
     run.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
                                "cpu": {"microarchitecture": "zen9", "name": "Zen9"},
                                "isa": "avx2_vnni", "records": records}))
     assert make_rules().main([str(run), "--out", str(tmp_path), "--note", "a test"]) == 0
+    assert "models/gone/fwd/f32/NCX: no such suite layer today" in capsys.readouterr().err
     table = rules_table.read(tmp_path / "zen9-avx2.json")
     assert (table.cpu, table.isa, table.provenance["cpu_name"], table.provenance["note"]) == ("zen9", "avx2", "Zen9", "a test")
-    assert table.entries == {
-        ("ConvTranspose", "f32", "NCX", "dense"): "A",
-        ("ConvTransposeBackwardData", "bf16", "NXC", "tiled"): "D",  # geomean 1.05 against E's 1.10
-    }
-    assert table.scores[("ConvTranspose", "f32", "NCX", "dense")] == {"A": 1.0488, "B": 1.4142}
+    from onednn_convt.bench import suites
+
+    dcgan1 = next(x for x in suites.layers("models") if x.name == "dcgan1")
+    assert [(m.layer, m.op, m.dtype, m.data_format, m.ratios) for m in table.layers] == [
+        ("models/dcgan1", FORWARD, "f32", "NCX", {"A": 1.0, "B": 2.0}),
+        ("models/unet", BACKWARD_DATA, "bf16", "NXC", {"D": 1.25, "E": 1.0}),
+    ]
+    m = table.layers[0]
+    assert (m.n, m.ic, m.oc, m.groups, m.src, m.kernel, m.strides) == (
+        dcgan1.n, dcgan1.ic, dcgan1.oc, dcgan1.groups, dcgan1.spatial, dcgan1.kernel, (dcgan1.stride,) * 2)
 
 
-def test_the_generator_classes_suite_layers_by_todays_shape_class():
-    """A run recorded before a class existed (the 3-D U-Net layer, k2 s2, as "tiled") is
-    grouped by the class its layer has now; a layer not in the suites keeps its recorded class."""
+def test_class_scores_are_geometric_means_over_the_class():
     gen = make_rules()
-    old = _record("bwd_d", "f32", "NCX", "tiled", "conv3d", {"A": 1.0, "B": 2.0})
-    assert gen.record_class(old) == "3d-tiled"
-    assert gen.record_class(_record("bwd_d", "f32", "NCX", "tiled", "unet", {"A": 1.0})) == "tiled"
-    assert gen.record_class(_record("bwd_d", "f32", "NCX", "dense", "one", {"A": 1.0})) == "dense"
-    assert [r["shape_class"] for r in gen.rules([old])] == ["3d-tiled"]
+    layers = (
+        # A wins one layer by 2x, B the other by 1.1x: A's geomean 1.05, B's 1.41
+        _measured("one", {"A": 1.0, "B": 2.0}), _measured("two", {"A": 1.1, "B": 1.0}, n=16),
+        # C ran on one layer of the class only: no score
+        _measured("t1", {"C": 1.0, "D": 5.0}, kernel=(2, 2)), _measured("t2", {"D": 1.0}, kernel=(2, 2), n=16),
+    )
+    assert gen.class_scores(layers) == {
+        (FORWARD, "f32", "NCX", "dense"): {"A": 1.0488, "B": 1.4142},
+        (FORWARD, "f32", "NCX", "tiled"): {"D": 1.0},
+    }
 
 
 def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
-    """A models run and a tiny run of one ISA level make one class's entries; a
-    configuration tuned in two runs of a class is refused (which one would count?)."""
+    """A models run and a tiny run of one ISA level make one table; a configuration tuned in
+    two runs of a class is refused (which one would count?)."""
     def run(name, records):
         path = tmp_path / name
         path.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
                                     "isa": "avx2", "records": records}))
         return str(path)
 
-    models = run("tune_avx2.json", [_record("fwd", "f32", "NCX", "dense", "one", {"A": 1.0, "B": 2.0})])
-    tiny = run("tune_tiny_avx2.json", [
-        {**_record("fwd", "f32", "NCX", "tiny", "tiny", {"A": 2.0, "B": 1.0}), "key": "tiny/tiny/fwd/f32/NCX"}])
+    models = run("tune_avx2.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 1.0, "B": 2.0})])
+    tiny = run("tune_tiny_avx2.json", [_record("fwd", "f32", "NCX", "tiny", {"A": 2.0, "B": 1.0}, suite="tiny")])
     out = tmp_path / "tables"
     assert make_rules().main([models, tiny, "--out", str(out), "--cpu", "zen9"]) == 0
-    assert rules_table.read(out / "zen9-avx2.json").entries == {
-        ("ConvTranspose", "f32", "NCX", "dense"): "A", ("ConvTranspose", "f32", "NCX", "tiny"): "B"}
-    again = run("again.json", [_record("fwd", "f32", "NCX", "dense", "one", {"A": 3.0, "B": 1.0})])
+    assert [m.layer for m in rules_table.read(out / "zen9-avx2.json").layers] == ["models/dcgan1", "tiny/tiny"]
+    again = run("again.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 3.0, "B": 1.0})])
     assert make_rules().main([models, again, "--out", str(out), "--cpu", "zen9"]) == 2
-    assert "models/one/fwd/f32/NCX was tuned in another run" in capsys.readouterr().err
+    assert "models/dcgan1/fwd/f32/NCX was tuned in another run" in capsys.readouterr().err
     assert make_rules().main([models, "--out", str(out)]) == 2  # no CPU named: refused
 
 
 def test_the_default_generator(tmp_path):
     """A rival wins the default only by the margin on every native table with the class;
     a capped table does not count."""
-    def table(name, capped, scores):
-        rules = [{"op": "ConvTranspose", "dtype": "f32", "data_format": "NCX", "shape_class": cls,
-                  "lowering": min(sc, key=sc.get), "rows": [], "scores": sc} for cls, sc in scores.items()]
-        doc = {"format": 1, "cpu": name, "cpu_name": name, "isa": "avx2", "capped": capped, "rules": rules}
+    def table(name, capped, layers):
+        doc = {"format": rules_table.FORMAT, "cpu": name, "cpu_name": name, "isa": "avx2", "capped": capped,
+               "layers": [{"layer": f"s/{i}", "op": "ConvTranspose", "dtype": "f32", "data_format": "NCX",
+                           "n": 8, "ic": 64, "oc": oc_, "groups": 1, "src": [16, 16], "kernel": k, "strides": [2, 2],
+                           "ratios": r} for i, (k, oc_, r) in enumerate(layers)]}
         (tmp_path / f"{name}-avx2.json").write_text(json.dumps(doc))
 
-    table("a", False, {"dense": {"ConvTranspose": 1.3, "X": 1.0}, "tiled": {"ConvTranspose": 1.3, "X": 1.0},
-                       "1d": {"ConvTranspose": 1.0, "X in f32": 1.0}})
-    table("b", False, {"dense": {"ConvTranspose": 1.2, "X": 1.0}, "tiled": {"ConvTranspose": 1.05, "X": 1.0}})
-    table("c", True, {"dense": {"ConvTranspose": 1.0, "X": 2.0}})  # capped: ignored
+    dense, tiled = [4, 4], [2, 2]
+    table("a", False, [(dense, 64, {"ConvTranspose": 1.3, "X": 1.0}), (tiled, 64, {"ConvTranspose": 1.3, "X": 1.0}),
+                       (dense, 8, {"ConvTranspose": 1.3, "X in f32": 1.0})])  # "thin": 8 channels out
+    table("b", False, [(dense, 64, {"ConvTranspose": 1.2, "X": 1.0}), (tiled, 64, {"ConvTranspose": 1.05, "X": 1.0})])
+    table("c", True, [(dense, 64, {"ConvTranspose": 1.0, "X": 2.0})])  # capped: ignored
     assert make_rules().main(["--default", "--out", str(tmp_path)]) == 0
     default = rules_table.read(tmp_path / "default.json")
     assert default.cpu == "default" and default.provenance["made_from"] == ["a-avx2", "b-avx2"]
     assert default.entries == {("ConvTranspose", "f32", "NCX", "dense"): "X",  # 1.3x and 1.2x
                                ("ConvTranspose", "f32", "NCX", "tiled"): "ConvTranspose",  # 1.05x on b
-                               ("ConvTranspose", "f32", "NCX", "1d"): "ConvTranspose"}  # never '... in f32'
+                               ("ConvTranspose", "f32", "NCX", "thin"): "ConvTranspose"}  # never '... in f32'

@@ -80,6 +80,24 @@ def flops(n: int, ic: int, oc: int, groups: int, kernel: tuple[int, ...], src: t
     return 2 * n * ic * (oc // groups) * math.prod(kernel) * math.prod(src)
 
 
+def features(
+    kernel: tuple[int, ...], strides: tuple[int, ...], groups: int, ic: int, oc: int, src: tuple[int, ...], n: int
+) -> tuple[float, ...]:
+    """Where a shape sits among the measured layers, for the nearest-layers rules
+    (:meth:`onednn_convt.lowering.rules_table.Table.choose`): log2 of the input and output
+    channels per group, the src positions, the batch, the kernel taps, the stride product
+    and the groups; the rank; and 1 or 0 for depthwise, other grouped, and tiled (every
+    stride at least its kernel). Each counts alike: one doubling of a size is as far as one
+    more spatial dim, or a change of kind. The weights were chosen by leave-one-layer-out
+    cross-validation on the broad suite's fit half (docs/performance.md)."""
+    log2 = math.log2
+    depthwise = groups > 1 and ic == groups and oc == groups
+    tiled = all(s >= k for s, k in zip(strides, kernel))
+    return (log2(ic / groups), log2(oc / groups), log2(math.prod(src)), log2(n), log2(math.prod(kernel)),
+            log2(math.prod(strides)), float(len(kernel)), float(depthwise), float(groups > 1 and not depthwise),
+            float(tiled), log2(groups))
+
+
 @dataclass(frozen=True)
 class Geometry:
     """Per spatial dim: strides, dilations and pads (auto_pad resolved to explicit pads)."""
@@ -169,6 +187,11 @@ class Problem:
     def shape_class(self) -> str:
         """:func:`shape_class` of this problem."""
         return shape_class(self.kernel, self.geometry.strides, self.groups, self.ic, self.oc, self.src, self.n)
+
+    @property
+    def features(self) -> tuple[float, ...]:
+        """:func:`features` of this problem."""
+        return features(self.kernel, self.geometry.strides, self.groups, self.ic, self.oc, self.src, self.n)
 
     def library_attrs(self, weights_format: str | None = None) -> dict[str, Any]:
         """The library attributes shared by every lowering onto a convolution-like op."""

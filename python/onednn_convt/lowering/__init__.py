@@ -61,7 +61,7 @@ def rule(p: Problem, *, native: bool = False) -> str:
 
 
 def _choose(p: Problem, names: list[str]) -> str:
-    chosen = rules.measured(p)
+    chosen = rules.measured(p, names)
     if chosen not in names:
         chosen = rules.fallback(p)
     assert chosen in names, (chosen, names)

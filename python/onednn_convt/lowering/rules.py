@@ -5,12 +5,13 @@
 1. the measured table of this CPU (:mod:`onednn_convt.cpu`) at its dispatch ISA class
    (:func:`isa_class`), or the conservative default where none was measured on it
    (:func:`table`, :mod:`onednn_convt.lowering.rules_table`: JSON data made by
-   ``benchmarks/make_rules.py`` from ``onednn-convt tune`` runs): for the problem's class
-   (op, dtype, data format, :func:`onednn_convt.problem.shape_class`), the lowering that
-   was fastest there, where the table has the class and that lowering can run the problem;
+   ``benchmarks/make_rules.py`` from ``onednn-convt tune`` runs): of the lowerings that can
+   run the problem, the one that ran fastest on the measured layers nearest to it (same op,
+   dtype and data format; the default table: the entry of the problem's
+   :func:`onednn_convt.problem.shape_class`);
 2. otherwise :func:`fallback`, the rules below: where no tuning run covers the ISA class
-   (SSE4.1, AVX) or the problem class (grouped layers), and for the routes a guard forces
-   (those leave one candidate, so the table never sees them).
+   (SSE4.1, AVX) or the configuration, and for the routes a guard forces (those leave one
+   candidate, so the table never sees them).
 
 Every choice below computes the same op; they differ in the kernels and reorders oneDNN 3.2
 picks for them. The figures below were measured side by side on the models suite (by a
@@ -106,13 +107,14 @@ def report() -> dict[str, str | None]:
             "fallback_measured_on": RULES_MEASURED_ON}
 
 
-def measured(p: Problem) -> str | None:
-    """The measured table's lowering for ``p`` on this CPU, or None where it has none (the
-    caller checks that it can run ``p``)."""
+def measured(p: Problem, names: Sequence[str]) -> str | None:
+    """The measured table's choice for ``p`` on this CPU among ``names`` (the lowerings that
+    can run it; :meth:`onednn_convt.lowering.rules_table.Table.choose`), or None where it
+    has none."""
     chosen, _ = table()
     if chosen is None:
         return None
-    return chosen.entries.get((p.op, p.dtype, p.data_format, p.shape_class))
+    return chosen.choose(p, names)
 
 
 #: the dispatch ISA on which the fallback rules below were measured (an AMD Zen4, 2 threads): on

@@ -1,38 +1,84 @@
-"""The measured rules, as data: which lowering was fastest, per CPU, dispatch ISA and problem class.
+"""The measured rules, as data: which lowering was fastest, per CPU, dispatch ISA and layer.
 
-Each table is a JSON file in ``tables/`` beside this module, made by
+Each CPU's table is a JSON file in ``tables/`` beside this module, made by
 ``benchmarks/make_rules.py`` from ``onednn-convt tune --retune`` runs on one CPU
-(:mod:`onednn_convt.cpu`) at one dispatch ISA, with its provenance::
+(:mod:`onednn_convt.cpu`) at one dispatch ISA, with its provenance and, for each tuned
+configuration (a suite layer as one op, dtype and data format), its shape and each
+candidate's time over the fastest's::
 
-    {"format": 1,
-     "cpu": "zen4", "cpu_name": "AMD Zen4 (AMD EPYC, family 25 model 17)", "isa": "avx512_core_bf16",
-     "onednn": "3.2.0 40112196...", "threads": 2, "date": "2026-11-25", "suites": ["models", "tiny"],
-     "sources": ["benchmarks/results/zen4/tune_models.json", ...], "note": "...",
-     "rules": [{"op": "ConvTranspose", "dtype": "bf16", "data_format": "NCX", "shape_class": "dense",
-                "lowering": "ConvolutionBackwardData", "rows": ["dcgan2"],
-                "scores": {"ConvolutionBackwardData": 1.0, "ConvTranspose": 1.02}}, ...]}
+    {"format": 2,
+     "cpu": "zen5", "cpu_name": "AMD Zen5 (AMD EPYC, family 26 model 2)", "isa": "avx512_core_bf16",
+     "onednn": "3.2.0 40112196...", "threads": "2", "date": "2026-11-26",
+     "suites": ["broad-fit", "models", "tiny"], "sources": ["benchmarks/results/zen5/tune_models.json", ...],
+     "note": "...",
+     "layers": [{"layer": "models/dcgan1", "op": "ConvTranspose", "dtype": "f32", "data_format": "NCX",
+                 "n": 16, "ic": 512, "oc": 256, "groups": 1, "src": [4, 4], "kernel": [4, 4],
+                 "strides": [2, 2], "ratios": {"Polyphase": 1.0, "ConvolutionBackwardData": 1.08, ...}}, ...]}
 
-``scores`` holds each candidate's geometric mean, over the class's rows, of its time over the
-row's fastest (1.0: fastest on every row). ``default.json`` (``"cpu": "default"``) is the
-conservative table for a CPU with none of its own: the library's own op in the native dtype,
-except where another lowering won by a margin on every CPU measured (``make_rules.py
---default``). :func:`select` says which table applies here and why.
+A problem runs as its :data:`NEIGHBOURS` nearest measured layers of the same op, dtype and
+data format ran fastest (:meth:`Table.choose`, by :func:`onednn_convt.problem.features`).
+``default.json`` (``"cpu": "default"``) is the conservative table for a CPU with none of its
+own, keyed by :func:`onednn_convt.problem.shape_class` instead (``"rules"``: the library's own
+op in the native dtype, except where another lowering won by a margin on every CPU measured;
+``make_rules.py --default``). :func:`select` says which table applies here and why.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-FORMAT = 1
+from .. import problem
+
+FORMAT = 2
 DIRECTORY = Path(__file__).resolve().parent / "tables"
 #: the table of CPUs without one of their own
 DEFAULT_NAME = "default"
+#: how many measured layers a problem's lowering is chosen from
+NEIGHBOURS = 3
 
 Key = tuple[str, str, str, str]  # op, dtype, data_format, shape_class
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One tuned configuration: a suite layer run as one op, dtype and data format.
+
+    Attributes:
+        layer: ``suite/name`` of the layer.
+        op, dtype, data_format: the configuration.
+        n, ic, oc, groups, src, kernel, strides: the layer's forward shape (as in
+            :class:`onednn_convt.problem.Problem`).
+        ratios: each candidate lowering that ran it (refused or wrong ones left out), its
+            time over the fastest one's (1.0: the fastest).
+    """
+
+    layer: str
+    op: str
+    dtype: str
+    data_format: str
+    n: int
+    ic: int
+    oc: int
+    groups: int
+    src: tuple[int, ...]
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    ratios: dict[str, float]
+
+    @property
+    def features(self) -> tuple[float, ...]:
+        """:func:`onednn_convt.problem.features` of the layer."""
+        return problem.features(self.kernel, self.strides, self.groups, self.ic, self.oc, self.src, self.n)
+
+    @property
+    def shape_class(self) -> str:
+        """:func:`onednn_convt.problem.shape_class` of the layer."""
+        return problem.shape_class(self.kernel, self.strides, self.groups, self.ic, self.oc, self.src, self.n)
 
 
 @dataclass(frozen=True)
@@ -45,6 +91,7 @@ class Table:
     provenance: dict[str, Any]
     entries: dict[Key, str] = field(default_factory=dict)
     scores: dict[Key, dict[str, float]] = field(default_factory=dict)
+    layers: tuple[Measured, ...] = ()
 
     def describe(self) -> str:
         """One line: what it was measured on, when, with which suites."""
@@ -53,6 +100,33 @@ class Table:
             return f"the conservative default ({p.get('note', 'made from the tables of every CPU measured')})"
         return (f"measured on {p.get('cpu_name', self.cpu)} at {self.isa}, oneDNN {p.get('onednn', '?')}, "
                 f"{p.get('threads', '?')} threads, {p.get('date', '?')}, suites {', '.join(p.get('suites', []))}")
+
+    def choose(self, p: problem.Problem, names: Sequence[str]) -> Optional[str]:
+        """The lowering of ``names`` (those that can run ``p``) that ran fastest on the
+        measured layers nearest to ``p``, or None where the table cannot say.
+
+        A table of layers: among the :data:`NEIGHBOURS` layers of ``p``'s op, dtype and data
+        format nearest to it (Euclidean distance between :func:`onednn_convt.problem.features`),
+        the candidates of ``names`` measured on all of them, each scored by its time ratios'
+        logarithms weighted 1, 1/2, 1/3 from the nearest; the lowest score wins. Where no
+        candidate was measured on all of them, the nearest two, then the nearest one decide.
+        A table of classes (the default): its entry for ``p``'s class."""
+        if not self.layers:
+            chosen = self.entries.get((p.op, p.dtype, p.data_format, p.shape_class))
+            return chosen if chosen in names else None
+        rows = [m for m in self.layers if (m.op, m.dtype, m.data_format) == (p.op, p.dtype, p.data_format)]
+        here = p.features
+        rows.sort(key=lambda m: math.dist(m.features, here))
+        for k in range(min(NEIGHBOURS, len(rows)), 0, -1):
+            near = rows[:k]
+            common = [n for n in names if all(n in m.ratios for m in near)]
+            if common:
+                return min(common, key=lambda n: sum(math.log(m.ratios[n]) / (1 + i) for i, m in enumerate(near)))
+        return None
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
 
 
 def parse(data: Any, name: str) -> Table:
@@ -63,15 +137,25 @@ def parse(data: Any, name: str) -> Table:
     entries: dict[Key, str] = {}
     scores: dict[Key, dict[str, float]] = {}
     try:
-        for rule in data["rules"]:
+        for rule in data.get("rules", []):
             key = (str(rule["op"]), str(rule["dtype"]), str(rule["data_format"]), str(rule["shape_class"]))
             if key in entries:
                 msg = f"rules table {name}: two rules for {key}"
                 raise ValueError(msg)
             entries[key] = str(rule["lowering"])
             scores[key] = {str(k): float(v) for k, v in rule.get("scores", {}).items()}
-        provenance = {k: v for k, v in data.items() if k not in ("format", "rules")}
-        return Table(name, str(data["cpu"]), str(data["isa"]), provenance, entries, scores)
+        layers = tuple(
+            Measured(str(m["layer"]), str(m["op"]), str(m["dtype"]), str(m["data_format"]), int(m["n"]),
+                     int(m["ic"]), int(m["oc"]), int(m["groups"]), _ints(m["src"]), _ints(m["kernel"]),
+                     _ints(m["strides"]), {str(k): float(v) for k, v in m["ratios"].items()})
+            for m in data.get("layers", [])
+        )
+        for m in layers:
+            if not m.ratios or min(m.ratios.values()) <= 0 or len({len(m.src), len(m.kernel), len(m.strides)}) != 1:
+                msg = f"rules table {name}: layer {m.layer} {m.op} {m.dtype} {m.data_format} is malformed"
+                raise ValueError(msg)
+        provenance = {k: v for k, v in data.items() if k not in ("format", "rules", "layers")}
+        return Table(name, str(data["cpu"]), str(data["isa"]), provenance, entries, scores, layers)
     except (KeyError, TypeError, AttributeError) as e:
         msg = f"rules table {name}: malformed ({e!r})"
         raise ValueError(msg) from None

@@ -1,0 +1,27 @@
+#!/bin/sh
+# Regenerate every shipped rules table (python/onednn_convt/lowering/tables/) from the tuning
+# runs kept in benchmarks/results/, with the provenance each was measured with. Run from the
+# repository root after adding a CPU's runs here (and a line for them below).
+set -eu
+MAKE="python benchmarks/make_rules.py"
+R=benchmarks/results
+
+SPR="Intel Sapphire Rapids (Intel Xeon, family 6 model 143)"
+$MAKE $R/sapphirerapids/tune_avx512_core_amx.json $R/sapphirerapids/tune_tiny_avx512_core_amx.json \
+    --cpu sapphirerapids --cpu-name "$SPR" --date 2026-11-25 \
+    --note "the models suite (--skip-slow) and the tiny suite, measured by an earlier session (before the polyphase lowering and the broad suite)"
+for isa in avx2 avx512_core avx512_core_bf16 avx512_core_fp16; do
+    cap=$(echo $isa | tr a-z A-Z)
+    $MAKE $R/sapphirerapids/tune_$isa.json $R/sapphirerapids/tune_tiny_$isa.json \
+        --cpu sapphirerapids --cpu-name "$SPR" --date 2026-11-25 --capped \
+        --note "measured under ONEDNN_MAX_CPU_ISA=$cap: for that cap on this CPU only (a cap changes the instructions, not the machine)"
+done
+
+$MAKE $R/zen4/tune_models.json $R/zen4/tune_tiny.json \
+    --cpu zen4 --cpu-name "AMD Zen4 (AMD EPYC, family 25 model 17)" --date 2026-11-25 \
+    --note "measured on another machine of this workplace (shared measurements, at commit d7203c7, before the polyphase lowering and the broad suite); not re-measured by the session that made this table"
+
+$MAKE $R/zen5/tune_models.json $R/zen5/tune_broad_fit.json $R/zen5/tune_tiny.json --date 2026-11-26 \
+    --note "the models suite (--skip-slow), the broad suite's fit half and the tiny suite, f32 and bf16 (f16 on the tiny suite only: emulated here), on this machine with the polyphase lowering; the broad holdout half was tuned too but is not in the table (benchmarks/results/zen5/tune_broad_holdout.json)"
+
+$MAKE --default
