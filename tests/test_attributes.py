@@ -134,10 +134,27 @@ def test_convolution_weights_formats_are_refused_with_a_hint(op, fmt):
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize(("name", "value"), [("weights_format", "iox"), ("weights_format", "xoi"),
-                                             ("data_format", "ncx"), ("data_format", "NCHW")])
-def test_formats_are_case_sensitive(op, name, value):
-    with pytest.raises(ValueError, match=f"{op}: attribute '{name}'"):
+@pytest.mark.parametrize(("name", "value", "library"), [("weights_format", "iox", "IOX"), ("weights_format", "Xoi", "XOI"),
+                                                        ("data_format", "ncx", "NCX"), ("data_format", "nXc", "NXC")])
+def test_formats_take_any_case(op, name, value, library):
+    """Every spelling the package takes is case-insensitive (auto_pad, formats, post-op kinds,
+    qtype, dtype codes): the op keeps the library's spelling and runs the same."""
+    assert CLASSES[op](**{name: value}).attrs[name] == library
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_lower_case_formats_compute_the_same(op):
+    cfg = Config(src=(5,), kernel=(3,), strides=2)
+    t = cfg.tensors(np.random.default_rng(35))
+    common = {"strides": 2, "data_format": "NCX", "weights_format": "IOX"}
+    lower = {"strides": 2, "data_format": "ncx", "weights_format": "iox"}
+    np.testing.assert_array_equal(_run(op, cfg, t, **common), _run(op, cfg, t, **lower))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize(("name", "value"), [("data_format", "NCHW"), ("data_format", "nc"), ("weights_format", "OI")])
+def test_other_format_spellings_are_refused(op, name, value):
+    with pytest.raises(ValueError, match=f"{op}: attribute '{name}' expected one of .* \\(any case\\)"):
         CLASSES[op](**{name: value})
 
 

@@ -208,3 +208,88 @@ def test_core_reorder_copies_into_the_outputs_strides_or_raises():
     assert np.array_equal(out, view)
     with pytest.raises(ValueError, match="same shape and dtype"):
         oc._core.compile("Reorder", {}, [src], _dense((4, 2, 4)))
+
+
+# -- messages that say how the arrays were read (docs/guide/errors.md) --------------------
+def test_a_channel_mismatch_says_how_each_array_was_read_and_suggests_pytorchs_layout():
+    """Arrays in PyTorch's layout given to an op with the spec's defaults (NXC, XOI)."""
+    src = np.zeros((2, 8, 16, 16), np.float32)  # (N, C, H, W)
+    w = np.zeros((8, 4, 3, 3), np.float32)  # (IC, OC, kH, kW)
+    with pytest.raises(ValueError) as info:
+        oc.ConvTranspose(strides=2)(src, w)
+    msg = str(info.value)
+    assert msg.startswith("ConvTranspose: 'weights' has I = 3 (XOI), expected the channel count of 'src', 16")
+    assert "'src' (2, 8, 16, 16) read as NXC: N 2, spatial (8, 16), C 16" in msg
+    assert "'weights' (8, 4, 3, 3) read as XOI: kernel (8, 4), O 3, I 3" in msg
+    assert msg.endswith("the shapes fit data_format='NCX', weights_format='IOX' (PyTorch's layout: "
+                        "(N, C, X...) and (IC, OC/groups, X...))")
+    fixed = oc.ConvTranspose(strides=2, data_format="NCX", weights_format="IOX")(src, w)
+    assert fixed.shape == (2, 4, 33, 33)
+
+
+@pytest.mark.parametrize("op", ["ConvTransposeBackwardData", "ConvTransposeBackwardWeights"])
+def test_backward_channel_mismatches_say_how_the_arrays_were_read(op):
+    dd = np.zeros((2, 4, 33, 33), np.float32)  # PyTorch's (N, OC, H, W)
+    src = np.zeros((2, 8, 16, 16), np.float32)
+    with pytest.raises(ValueError) as info:
+        if op == "ConvTransposeBackwardData":
+            oc.ConvTransposeBackwardData(strides=2)(dd, np.zeros((8, 4, 3, 3), np.float32))
+        else:
+            oc.ConvTransposeBackwardWeights(strides=2)(src, dd, [8, 4, 3, 3])
+    msg = str(info.value)
+    assert msg.startswith(op) and "'diff_dst' (2, 4, 33, 33) read as NXC: N 2, spatial (4, 33), C 33" in msg
+    assert "PyTorch's layout" in msg
+
+
+def test_other_formats_are_named_where_pytorchs_does_not_fit():
+    """NCX src with XOI weights: the message names the pair that fits."""
+    src = np.zeros((1, 6, 5, 5), np.float32)
+    w = np.zeros((3, 3, 2, 6), np.float32)  # XOI, given with IOX
+    with pytest.raises(ValueError, match=r"the shapes fit data_format='NCX', weights_format='XOI'$"):
+        oc.ConvTranspose(data_format="NCX", weights_format="IOX")(src, w)
+    with pytest.raises(ValueError) as info:  # nothing fits: no suggestion
+        oc.ConvTranspose(data_format="NCX", weights_format="IOX")(np.zeros((1, 7, 5, 6), np.float32),
+                                                                  np.zeros((5, 2, 3, 3), np.float32))
+    assert "the shapes fit" not in str(info.value) and "read as NCX" in str(info.value)
+
+
+@pytest.mark.parametrize(("src_shape", "w_shape", "fault", "missing"), [
+    ((8, 16, 16), (8, 4, 3, 3), "src", "its batch dim"),  # (C, H, W): no batch
+    ((2, 8, 16, 16), (8, 4, 3), "weights", "a dim"),
+    ((2, 8, 16), (8, 4, 3, 3), "src", "its batch dim"),
+])
+def test_a_rank_mismatch_names_the_argument_at_fault(src_shape, w_shape, fault, missing):
+    with pytest.raises(ValueError) as info:
+        oc.ConvTranspose(data_format="NCX", weights_format="IOX")(np.zeros(src_shape, np.float32),
+                                                                  np.zeros(w_shape, np.float32))
+    msg = str(info.value)
+    assert msg.startswith(f"ConvTranspose: argument '{fault}' has rank {min(len(src_shape), len(w_shape))} but ")
+    assert msg.endswith(f"is '{fault}' missing {missing}?") and "read as NCX" in msg and "read as IOX" in msg
+
+
+def test_a_rank_mismatch_of_backward_weights_names_its_argument():
+    with pytest.raises(ValueError, match=r"argument 'diff_dst' has rank 3 but 'src' has rank 4.*"
+                                         r"is 'diff_dst' missing its batch dim\?"):
+        oc.ConvTransposeBackwardWeights(data_format="NCX", weights_format="IOX")(
+            np.zeros((1, 8, 4, 4), np.float32), np.zeros((4, 7, 7), np.float32), [8, 4, 3, 3])
+
+
+@pytest.mark.parametrize("container", [list, tuple])
+def test_a_python_list_is_called_a_list(container):
+    src = container(np.zeros((1, 2, 3, 3)).tolist())
+    with pytest.raises(TypeError) as info:
+        oc.ConvTranspose(data_format="NCX", weights_format="IOX")(src, np.zeros((2, 2, 3, 3), np.float32))
+    msg = str(info.value)
+    assert f"argument 'src' expected a NumPy array of numpy.float32" in msg
+    assert f"got a {container.__name__} (NumPy reads it as float64; pass numpy.asarray(..., numpy.float32))" in msg
+
+
+@pytest.mark.parametrize(("make", "canonical"), [
+    (lambda: oc.Dequantize(scales=1.0, qtype="PER_TENSOR").qtype, "per_tensor"),
+    (lambda: oc.Quantize(scales=1.0, dtype="S8").dtype, "s8"),
+    (lambda: oc.PostOp("relu").kind, "ReLU"),
+    (lambda: oc.dtypes.resolve("BF16"), "bf16"),
+    (lambda: oc.dtypes.resolve("Float32"), "f32"),
+])
+def test_every_spelling_takes_any_case(make, canonical):
+    assert make() == canonical

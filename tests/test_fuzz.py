@@ -515,8 +515,8 @@ def corrupt(draw: Any, call: Call, cfg: Config) -> Call:
         name = draw(st.sampled_from(("auto_pad", "data_format", "weights_format")))
         bad = {
             "auto_pad": ["'same'", "'EXPLICIT'", "''", "'SAME UPPER'", "'NOTSET'"],
-            "data_format": ["'NCHW'", "'ncx'", "'NHWC'", "'NCX '", "''"],
-            "weights_format": ["'OIX'", "'XIO'", "'iox'", "'OIHW'", "''"],
+            "data_format": ["'NCHW'", "'nc'", "'NHWC'", "'NCX '", "''"],  # any case is right: 'ncx' is NCX
+            "weights_format": ["'OIX'", "'XIO'", "'io'", "'OIHW'", "''"],
         }[name]
         call.attrs[name] = draw(st.sampled_from(bad))
     elif kind == "bad_attr_type":

@@ -84,12 +84,12 @@ def test_out_is_written_in_filter_layout():
 
 @pytest.mark.parametrize(("make", "exc", "words"), [
     (lambda: L(filter_format="IOX"), ValueError, ("'filter_format'", "XIO or OIX")),
-    (lambda: L(filter_format="xio"), ValueError, ("'filter_format'",)),
+    (lambda: L(filter_format="xo"), ValueError, ("'filter_format'", "any case")),
     (lambda: L(weights_format="IOX"), TypeError, ("weights_format",)),
     (lambda: L(filter_shape=7), TypeError, ("'filter_shape'",)),
     (lambda: L(filter_shape=(6,)), ValueError, ("'filter_shape'",)),
     (lambda: L(strides=0), ValueError, ("'strides'",)),
-], ids=["iox", "lowercase", "weights_format", "filter_shape_int", "filter_shape_short", "strides_zero"])
+], ids=["iox", "misspelled", "weights_format", "filter_shape_int", "filter_shape_short", "strides_zero"])
 def test_invalid_attributes(make, exc, words):
     with pytest.raises(exc) as info:
         make()
@@ -127,3 +127,8 @@ def _read_only(shape: tuple[int, ...]) -> np.ndarray:
     a = np.empty(shape, np.float32)
     a.flags.writeable = False
     return a
+
+
+def test_filter_format_takes_any_case():
+    assert L(filter_format="xio").attrs["weights_format"] == L(filter_format="XIO").attrs["weights_format"]
+    assert L(filter_format="Oix").attrs["weights_format"] == L(filter_format="OIX").attrs["weights_format"]

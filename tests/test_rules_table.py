@@ -212,7 +212,8 @@ def _fwd_problem(n=8, ic=64, out_channels=64, src=(16, 16), kernel=(4, 4), strid
 
 def test_the_nearest_measured_layers_choose():
     """Among the three nearest layers of the op, dtype and data format, the candidate with the
-    lowest weighted sum of log time ratios (weights 1, 1/2, 1/3 from the nearest) wins."""
+    lowest weighted mean of log time ratios (weights 1, 1/2, 1/3 from the nearest; 2.0 where
+    it was not measured) wins."""
     p = _fwd_problem()
     same = _measured("same", {"A": 1.0, "B": 1.5})  # distance 0
     batch = _measured("batch", {"A": 1.4, "B": 1.0}, n=16)  # one doubling away
@@ -220,19 +221,24 @@ def test_the_nearest_measured_layers_choose():
     far = _measured("far", {"A": 9.0, "B": 1.0}, ic=4096)  # not among the three nearest
     other_op = _measured("bwd", {"A": 9.0, "B": 1.0}, op=BACKWARD_DATA)
     table = rules_table.Table("t", "t", "t", {}, layers=(far, channels, batch, same, other_op))
-    # A: log 1 + log 1.4 / 2 + log 1.5 / 3 = 0.303; B: log 1.5 = 0.405
+    # A: (log 1 + log 1.4 / 2 + log 1.5 / 3) / (11/6) = 0.165; B: log 1.5 / (11/6) = 0.221
     assert table.choose(p, ["A", "B"]) == "A"
     assert table.choose(p, ["B", "C"]) == "B"  # only what can run the problem
     assert table.choose(p, ["C"]) is None
     # the nearer layers' verdict weighs more: B twice as fast on the second and third
     table = rules_table.Table("t", "t", "t", {}, layers=(same, _measured("batch", {"A": 2.0, "B": 1.0}, n=16),
                                                          _measured("ch", {"A": 2.0, "B": 1.0}, ic=256)))
-    assert table.choose(p, ["A", "B"]) == "B"  # A: 0 + 0.347 + 0.231 = 0.578 > B's 0.405
-    # a candidate not measured on all of the three: the nearest two decide, then the nearest
+    assert table.choose(p, ["A", "B"]) == "B"  # A: (0 + 0.347 + 0.231) / (11/6) = 0.315 > B's 0.221
+    # a candidate not measured on a neighbour counts as twice the fastest there: P (0.126)
+    # against B (0.600); the exact neighbour's verdict is not lost to the others' gaps
     table = rules_table.Table("t", "t", "t", {}, layers=(
         _measured("same", {"P": 1.0, "A": 3.0}), _measured("batch", {"P": 1.0, "A": 2.0}, n=16),
         _measured("ch", {"A": 1.0, "B": 1.2}, ic=256)))
     assert table.choose(p, ["P", "B"]) == "P"
+    table = rules_table.Table("t", "t", "t", {}, layers=(
+        _measured("same", {"F": 1.0, "C": 2.5}), _measured("batch", {"C": 1.0, "P": 4.0}, n=16),
+        _measured("ch", {"C": 1.0, "P": 1.1}, ic=256)))
+    assert table.choose(p, ["C", "F"]) == "F"  # F: 0.315, C: (0.916 + 0 + 0) / (11/6) = 0.500
     assert rules_table.Table("t", "t", "t", {}).choose(p, ["A"]) is None  # no layers, no entries
 
 

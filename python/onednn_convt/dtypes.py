@@ -10,7 +10,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import _core  # loaded by the package's __init__, after oneDNN is preloaded
+from . import _core, schema  # _core: loaded by the package's __init__, after oneDNN is preloaded
 
 #: oneDNN code -> NumPy dtype, for the float tensors of every op.
 FLOAT_DTYPES: dict[str, np.dtype[Any]] = {
@@ -40,8 +40,11 @@ def resolve(dtype: Any) -> str:
     Raises:
         TypeError: ``dtype`` is not one of the three float types.
     """
-    if isinstance(dtype, str) and dtype in FLOAT_DTYPES:
-        return dtype
+    if isinstance(dtype, str):  # a code or a NumPy name, in any case ("F32", "float32", "BFloat16")
+        code = schema.spelled(dtype, tuple(FLOAT_DTYPES))
+        if code is not None:
+            return code
+        dtype = dtype.lower()
     try:
         code = code_of(np.dtype(dtype))
     except TypeError:

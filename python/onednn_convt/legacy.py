@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+from . import schema
 from .ops import ConvTransposeBackwardWeights
 from .schema import IntList
 
@@ -44,10 +45,11 @@ class ConvTransposeBackpropFilters:
         groups: int = 1, data_format: str = "NXC", filter_format: str = "XIO",
         filter_shape: Optional[Sequence[int]] = None, strict: bool = False,
     ) -> None:
-        if not isinstance(filter_format, str) or filter_format not in _FORMATS:
-            msg = f"{self.op_name}: attribute 'filter_format' expected XIO or OIX, got {filter_format!r}"
+        spelled = schema.spelled(filter_format, tuple(_FORMATS)) if isinstance(filter_format, str) else None
+        if spelled is None:
+            msg = f"{self.op_name}: attribute 'filter_format' expected XIO or OIX (any case), got {filter_format!r}"
             raise (ValueError if isinstance(filter_format, str) else TypeError)(msg)
-        weights_format, self._axes = _FORMATS[filter_format]
+        weights_format, self._axes = _FORMATS[spelled]
         if filter_shape is not None and not (
             hasattr(filter_shape, "__len__") and 3 <= len(filter_shape) <= 5 and not isinstance(filter_shape, str)
         ):

@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _core, dtypes, fusion, interop, limits, lowering, omp, schema, shapes
+from . import _core, dtypes, fusion, interop, layouts, limits, lowering, omp, schema, shapes
 from .lowering import autotune
 from .lowering.base import Lowering
 from .problem import Geometry, Problem
@@ -349,10 +349,16 @@ class _Op:
             msg = f"{self.op_name}: argument '{name}' expected a NumPy array, got {type(x).__name__}"
             raise TypeError(msg)
         try:
-            return np.asarray(x)
+            a = np.asarray(x)
         except (ValueError, TypeError) as e:  # e.g. a ragged nested list
             msg = f"{self.op_name}: argument '{name}' expected a NumPy array, got a {type(x).__name__} NumPy cannot convert ({e})"
             raise TypeError(msg) from None
+        if name != "weights_shape" and dtypes.code_of(a.dtype) is None and not hasattr(x, "__array__"):
+            # a list of Python floats is float64 to NumPy: say what was given, and how to pass it
+            msg = (f"{self.op_name}: argument '{name}' expected a NumPy array of {dtypes.expected_names()}, got a "
+                   f"{type(x).__name__} (NumPy reads it as {a.dtype}; pass numpy.asarray(..., numpy.float32))")
+            raise TypeError(msg)
+        return a
 
     # -- planning -------------------------------------------------------------------------
     def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> _Plan | _PhasedPlan:
@@ -534,16 +540,18 @@ class _Op:
                 raise ValueError(msg)
 
     # -- shared checks --------------------------------------------------------------------
-    def _check_rank(self, name: str, a: np.ndarray, rank: Optional[int] = None) -> None:
-        if rank is None and not 3 <= a.ndim <= 5:
+    def _check_rank(self, name: str, a: np.ndarray) -> None:
+        if not 3 <= a.ndim <= 5:
             msg = f"{self.op_name}: argument '{name}' expected rank 3, 4 or 5 (1 to 3 spatial dims), got shape {a.shape}"
-            raise ValueError(msg)
-        if rank is not None and a.ndim != rank:
-            msg = f"{self.op_name}: argument '{name}' expected rank {rank} like the other tensors, got shape {a.shape}"
             raise ValueError(msg)
         if 0 in a.shape:
             msg = f"{self.op_name}: argument '{name}' expected no empty dimension, got shape {a.shape}"
             raise ValueError(msg)
+
+    def _check_same_rank(self, first: layouts.Read, second: layouts.Read) -> None:
+        if len(first.shape) != len(second.shape):
+            a = self.attrs
+            raise ValueError(layouts.rank_mismatch(self.op_name, first, second, a["data_format"], a["weights_format"]))
 
     def _geometry(self, spatial: int, kernel: Sequence[int]) -> Geometry:
         """Strides, dilations and pads per spatial dim, auto_pad resolved."""
@@ -555,18 +563,22 @@ class _Op:
         pb, pe = shapes.resolve_pads(kernel, s, d, a["auto_pad"], pb, pe)
         return Geometry(tuple(s), tuple(d), tuple(pb), tuple(pe))
 
-    def _check_channels(self, ic: int, i: int, oc: int, o: int, ic_name: str, oc_name: str, w_name: str) -> None:
+    def _check_channels(
+        self, ic: int, i: int, oc: int, o: int, ic_name: str, oc_name: str, w_name: str,
+        arrays: Sequence[layouts.Read],
+    ) -> None:
+        """The channel counts agree (``arrays``: the call's arrays, for the message)."""
         g, op = self.attrs["groups"], self.op_name
-        wf = self.attrs["weights_format"]
+        df, wf = self.attrs["data_format"], self.attrs["weights_format"]
         if ic != i:
             msg = f"{op}: '{w_name}' has I = {i} ({wf}), expected the channel count of '{ic_name}', {ic}"
-            raise ValueError(msg)
-        if ic % g:
+        elif ic % g:
             msg = f"{op}: channel count {ic} of '{ic_name}' expected divisible by groups={g}"
-            raise ValueError(msg)
-        if oc != o * g:
+        elif oc != o * g:
             msg = f"{op}: '{oc_name}' has {oc} channels, expected O * groups = {o} * {g} = {o * g} from '{w_name}' ({wf})"
-            raise ValueError(msg)
+        else:
+            return
+        raise ValueError(f"{msg} ({layouts.describe(arrays, df, wf)}){layouts.other_fits(arrays, g, df, wf)}")
 
     def _check_forward_extent(
         self, src: Sequence[int], dst: Sequence[int], kernel: Sequence[int], geometry: Any,
@@ -744,11 +756,13 @@ class ConvTranspose(_WeightsOp):
         src, w, bias = arrays[:3]
         a = self.attrs
         self._check_rank("src", src)
-        self._check_rank("weights", w, src.ndim)
+        self._check_rank("weights", w)
+        read = [layouts.Read("src", src.shape, "in"), layouts.Read("weights", w.shape, "weights")]
+        self._check_same_rank(*read)
         n, ic, xs = shapes.split_activation(src.shape, a["data_format"])
         i, o, kernel = shapes.split_weights(w.shape, a["weights_format"])
         g = a["groups"]
-        self._check_channels(ic, i, o * g, o, "src", "dst", "weights")
+        self._check_channels(ic, i, o * g, o, "src", "dst", "weights", read)
         s = self._geometry(len(xs), kernel).strides
         op = schema.per_dim(self.op_name, "output_padding", a["output_padding"], len(xs))
         for dim, (p, st) in enumerate(zip(op, s)):
@@ -833,14 +847,13 @@ class ConvTransposeBackwardData(_WeightsOp):
         dd, w = arrays
         a = self.attrs
         self._check_rank("diff_dst", dd)
-        self._check_rank("weights", w, dd.ndim)
+        self._check_rank("weights", w)
+        read = [layouts.Read("diff_dst", dd.shape, "out"), layouts.Read("weights", w.shape, "weights")]
+        self._check_same_rank(*read)
         n, oc, ys = shapes.split_activation(dd.shape, a["data_format"])
         i, o, kernel = shapes.split_weights(w.shape, a["weights_format"])
         g = a["groups"]
-        if i % g:
-            msg = f"{self.op_name}: weights I dim {i} (the diff_src channel count) expected divisible by groups={g}"
-            raise ValueError(msg)
-        self._check_channels(i, i, oc, o, "diff_src", "diff_dst", "weights")
+        self._check_channels(i, i, oc, o, "diff_src", "diff_dst", "weights", read)
         geometry = self._geometry(len(ys), kernel)
         xs = shapes.backward_data_output(ys, kernel, *geometry.astuple())
         if min(xs) < 1:
@@ -935,7 +948,9 @@ class ConvTransposeBackwardWeights(_Op):
         src, dd, ws = arrays
         a = self.attrs
         self._check_rank("src", src)
-        self._check_rank("diff_dst", dd, src.ndim)
+        self._check_rank("diff_dst", dd)
+        read = [layouts.Read("src", src.shape, "in"), layouts.Read("diff_dst", dd.shape, "out")]
+        self._check_same_rank(*read)
         wshape = self._weights_shape(ws, src.ndim)
         n, ic, xs = shapes.split_activation(src.shape, a["data_format"])
         n2, oc, ys = shapes.split_activation(dd.shape, a["data_format"])
@@ -943,7 +958,8 @@ class ConvTransposeBackwardWeights(_Op):
             msg = f"{self.op_name}: 'diff_dst' batch {n2} expected equal to the 'src' batch {n}"
             raise ValueError(msg)
         i, o, kernel = shapes.split_weights(wshape, a["weights_format"])
-        self._check_channels(ic, i, oc, o, "src", "diff_dst", "weights_shape")
+        read.append(layouts.Read("weights_shape", tuple(wshape), "weights"))
+        self._check_channels(ic, i, oc, o, "src", "diff_dst", "weights_shape", read)
         geometry = self._geometry(len(xs), kernel)
         self._check_forward_extent(xs, ys, kernel, geometry, "src", "diff_dst")
         return Problem(

@@ -20,7 +20,7 @@ from typing import Any, Mapping, NoReturn, Optional, Sequence, Union
 
 import numpy as np
 
-from . import reference
+from . import reference, schema
 from .schema import short_repr
 
 _F64 = np.ndarray
@@ -206,9 +206,11 @@ class Dequantize:
         if not isinstance(self.qtype, str):
             msg = f"{where}: attribute 'qtype' expected a string, one of {', '.join(QTYPES)}, got {type(self.qtype).__name__}"
             raise TypeError(msg)
-        if self.qtype not in QTYPES:
-            msg = f"{where}: attribute 'qtype' expected one of {', '.join(QTYPES)}, got {self.qtype!r}"
+        qtype = schema.spelled(self.qtype, QTYPES)
+        if qtype is None:
+            msg = f"{where}: attribute 'qtype' expected one of {', '.join(QTYPES)} (any case), got {self.qtype!r}"
             raise ValueError(msg)
+        object.__setattr__(self, "qtype", qtype)
         if self.qtype == "per_tensor" and (len(scales) != 1 or len(zps) != 1):
             msg = f"{where}: qtype 'per_tensor' expected one scale and one zero point, got {len(scales)} and {len(zps)}"
             raise ValueError(msg)
@@ -270,9 +272,11 @@ class Quantize(Dequantize):
         return _ints(where, "zps", self.zps)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.dtype, str) or self.dtype not in INT8_DTYPES:
-            msg = f"Quantize: dtype expected 'u8' or 's8', got {self.dtype!r}"
+        code = schema.spelled(self.dtype, tuple(INT8_DTYPES)) if isinstance(self.dtype, str) else None
+        if code is None:  # a dtype it cannot be: a TypeError, as for arrays
+            msg = f"Quantize: dtype expected 'u8' or 's8' (any case), got {short_repr(self.dtype)}"
             raise TypeError(msg)
+        object.__setattr__(self, "dtype", code)
         super().__post_init__()
 
     def apply(self, x: np.ndarray) -> _F64:
@@ -311,7 +315,7 @@ class PostOp:
             raise TypeError(msg)
         spec = _BY_LOWER.get(kind.lower())
         if spec is None:
-            msg = f"PostOp: unknown post-op {kind!r}; expected one of {', '.join(POST_OPS)}"
+            msg = f"PostOp: unknown post-op {kind!r}; expected one of {', '.join(POST_OPS)} (any case)"
             raise ValueError(msg)
         unknown = sorted(set(attrs) - set(spec.attrs))
         if unknown:

@@ -123,14 +123,15 @@ def _zeros(fn: str, shape: Sequence[int]) -> _F64:
         raise MemoryError(f"{fn}: cannot allocate a float64 buffer of shape {tuple(shape)} ({exc})") from None
 
 
-def _check_formats(fn: str, data_format: object, weights_format: object) -> None:
-    """Checks ``data_format`` is NCX/NXC and ``weights_format`` is IOX/XOI."""
-    if not isinstance(data_format, str) or data_format not in _DATA_FORMATS:
-        raise ValueError(f"{fn}: data_format must be one of {_DATA_FORMATS}, got {_r(data_format)}")
-    if not isinstance(weights_format, str) or weights_format not in _WEIGHTS_FORMATS:
+def _check_formats(fn: str, data_format: object, weights_format: object) -> tuple[str, str]:
+    """``data_format`` as NCX/NXC and ``weights_format`` as IOX/XOI, given in any case."""
+    if not isinstance(data_format, str) or data_format.upper() not in _DATA_FORMATS:
+        raise ValueError(f"{fn}: data_format must be one of {_DATA_FORMATS} (any case), got {_r(data_format)}")
+    if not isinstance(weights_format, str) or weights_format.upper() not in _WEIGHTS_FORMATS:
         raise ValueError(
-            f"{fn}: weights_format must be one of {_WEIGHTS_FORMATS}, got {_r(weights_format)}"
+            f"{fn}: weights_format must be one of {_WEIGHTS_FORMATS} (any case), got {_r(weights_format)}"
         )
+    return data_format.upper(), weights_format.upper()
 
 
 def _normalize_auto_pad(fn: str, auto_pad: object) -> str:
@@ -432,7 +433,7 @@ def conv_transpose(
             output size < 1.
     """
     fn = "conv_transpose"
-    _check_formats(fn, data_format, weights_format)
+    data_format, weights_format = _check_formats(fn, data_format, weights_format)
     x = _as_f64(fn, "src", src)
     w = _as_f64(fn, "weights", weights)
     ndim = _check_activation(fn, "src", x, data_format)
@@ -526,7 +527,7 @@ def conv_transpose_backward_data(
             ``diff_src`` size < 1.
     """
     fn = "conv_transpose_backward_data"
-    _check_formats(fn, data_format, weights_format)
+    data_format, weights_format = _check_formats(fn, data_format, weights_format)
     dd = _as_f64(fn, "diff_dst", diff_dst)
     w = _as_f64(fn, "weights", weights)
     ndim = _check_activation(fn, "diff_dst", dd, data_format)
@@ -622,7 +623,7 @@ def conv_transpose_backward_weights(
             invalid attributes.
     """
     fn = "conv_transpose_backward_weights"
-    _check_formats(fn, data_format, weights_format)
+    data_format, weights_format = _check_formats(fn, data_format, weights_format)
     x = _as_f64(fn, "src", src)
     dd = _as_f64(fn, "diff_dst", diff_dst)
     ndim = _check_activation(fn, "src", x, data_format)

@@ -25,6 +25,14 @@ CONVOLUTION_WEIGHTS_FORMATS = ("OIX", "XIO")
 S64_MAX = 2**63 - 1
 
 
+def spelled(value: str, spellings: Sequence[str]) -> Optional[str]:
+    """The one of ``spellings`` that ``value`` names in any case (``"ncx"`` -> ``"NCX"``),
+    or None. Every string value the package takes (formats, auto_pad, post-op kinds, qtype,
+    int8 and float dtype codes) is matched this way."""
+    folded = value.casefold()
+    return next((s for s in spellings if s.casefold() == folded), None)
+
+
 @dataclass(frozen=True)
 class Attribute:
     """One attribute: its library type, default and lower bound.
@@ -112,22 +120,23 @@ def _check_string(op: str, a: Attribute, value: Any) -> str:
         msg = f"{op}: attribute '{a.name}' expected a string, got {short_repr(value)}"
         raise TypeError(msg)
     if a.name == "auto_pad":
-        spelled = AUTO_PAD.get(value.lower())
-        if spelled is None:
+        library = AUTO_PAD.get(value.lower())
+        if library is None:
             msg = f"{op}: attribute 'auto_pad' expected one of None, SAME_UPPER, SAME_LOWER, VALID (any case), got {short_repr(value)}"
             raise ValueError(msg)
-        return spelled
+        return library
     allowed = DATA_FORMATS if a.name == "data_format" else WEIGHTS_FORMATS
-    if value not in allowed:
+    canonical = spelled(value, allowed)
+    if canonical is None:
         hint = ""
         if a.name == "weights_format" and value.upper() in CONVOLUTION_WEIGHTS_FORMATS:
             hint = (
                 f"; {value} is a Convolution weights format that some oneDNN pages list for "
                 "ConvTranspose ops by mistake (IOX = (IC, OC/groups, X...), XOI = (X..., OC/groups, IC))"
             )
-        msg = f"{op}: attribute '{a.name}' expected one of {', '.join(allowed)}, got {short_repr(value)}{hint}"
+        msg = f"{op}: attribute '{a.name}' expected one of {', '.join(allowed)} (any case), got {short_repr(value)}{hint}"
         raise ValueError(msg)
-    return value
+    return canonical
 
 
 def check_bool(where: str, name: str, value: Any) -> bool:

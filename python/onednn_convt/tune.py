@@ -55,7 +55,7 @@ Choices are kept in autotune.json in the user cache directory, or in $ONEDNN_CON
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``tune`` subcommand's options."""
     parser.epilog = EPILOG
-    parser.add_argument("--suite", default="models", choices=sorted(suites.SUITES),
+    parser.add_argument("--suite", default="models", choices=sorted(suites.SUITES), type=str.lower,
                         help="the bench suite whose layers to tune (default models)")
     parser.add_argument("--layers-json", type=Path, metavar="FILE", help=LAYERS_JSON_HELP)
     parser.add_argument("--layers", type=lambda t: t.split(","), metavar="NAMES",

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from .. import schema
 from . import peers, report, runner, suites, timing
 from .peak import peak_for
 
@@ -49,10 +50,11 @@ examples:
 def _list(choices: Sequence[str], aliases: Optional[dict[str, str]] = None) -> Any:
     def parse(text: str) -> list[str]:
         items = []
-        for item in text.replace(" ", "").split(","):
-            item = (aliases or {}).get(item, item)
-            if item not in choices:
-                msg = f"expected a comma-separated list of {', '.join(choices)}, got {item!r}"
+        folded = {k.casefold(): v for k, v in (aliases or {}).items()}
+        for given in text.replace(" ", "").split(","):
+            item = schema.spelled(folded.get(given.casefold(), given), choices)
+            if item is None:
+                msg = f"expected a comma-separated list of {', '.join(choices)} (any case), got {given!r}"
                 raise argparse.ArgumentTypeError(msg)
             if item not in items:
                 items.append(item)
@@ -79,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``onednn-convt bench``."""
     parser.description = DESCRIPTION
     parser.add_argument("--suite", type=_list((*suites.SUITES, *ALONE)), default=["models"],
-                        help="suites to run, comma-separated: models (default), tiny, sweep; or alone: "
+                        help="suites to run, comma-separated: models (default), tiny, sweep, broad "
+                             "(broad-fit and broad-holdout: its halves); or alone: "
                              "step (a DCGAN generator's training step, onednn_convt.torch vs torch) or "
                              "fused (the models layers' ConvTranspose with bias and post-ops fused, "
                              "unfused and in torch; f32, bf16 and int8; NCX unless --formats)")

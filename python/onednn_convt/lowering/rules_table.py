@@ -40,6 +40,8 @@ DIRECTORY = Path(__file__).resolve().parent / "tables"
 DEFAULT_NAME = "default"
 #: how many measured layers a problem's lowering is chosen from
 NEIGHBOURS = 3
+#: the time ratio a candidate is given on a neighbour where it was not measured
+UNMEASURED = 2.0
 
 Key = tuple[str, str, str, str]  # op, dtype, data_format, shape_class
 
@@ -105,24 +107,27 @@ class Table:
         """The lowering of ``names`` (those that can run ``p``) that ran fastest on the
         measured layers nearest to ``p``, or None where the table cannot say.
 
-        A table of layers: among the :data:`NEIGHBOURS` layers of ``p``'s op, dtype and data
-        format nearest to it (Euclidean distance between :func:`onednn_convt.problem.features`),
-        the candidates of ``names`` measured on all of them, each scored by its time ratios'
-        logarithms weighted 1, 1/2, 1/3 from the nearest; the lowest score wins. Where no
-        candidate was measured on all of them, the nearest two, then the nearest one decide.
+        A table of layers: the :data:`NEIGHBOURS` layers of ``p``'s op, dtype and data format
+        nearest to it (Euclidean distance between :func:`onednn_convt.problem.features`),
+        weighted 1, 1/2, 1/3 from the nearest. Each candidate of ``names`` measured on one of
+        them at least is scored by the weighted mean of the logarithm of its time ratio
+        there, counted as :data:`UNMEASURED` (twice the fastest's time) on a layer where it
+        was not measured (it did not apply, or was refused); the lowest score wins.
         A table of classes (the default): its entry for ``p``'s class."""
         if not self.layers:
             chosen = self.entries.get((p.op, p.dtype, p.data_format, p.shape_class))
             return chosen if chosen in names else None
-        rows = [m for m in self.layers if (m.op, m.dtype, m.data_format) == (p.op, p.dtype, p.data_format)]
         here = p.features
-        rows.sort(key=lambda m: math.dist(m.features, here))
-        for k in range(min(NEIGHBOURS, len(rows)), 0, -1):
-            near = rows[:k]
-            common = [n for n in names if all(n in m.ratios for m in near)]
-            if common:
-                return min(common, key=lambda n: sum(math.log(m.ratios[n]) / (1 + i) for i, m in enumerate(near)))
-        return None
+        near = sorted((m for m in self.layers if (m.op, m.dtype, m.data_format) == (p.op, p.dtype, p.data_format)),
+                      key=lambda m: math.dist(m.features, here))[:NEIGHBOURS]
+        weights = [1 / (1 + i) for i in range(len(near))]
+
+        def score(name: str) -> float:
+            logs = (math.log(m.ratios.get(name, UNMEASURED)) for m in near)
+            return sum(w * x for w, x in zip(weights, logs)) / sum(weights)
+
+        measured = [n for n in names if any(n in m.ratios for m in near)]
+        return min(measured, key=score) if measured else None
 
 
 def _ints(value: Any) -> tuple[int, ...]:
