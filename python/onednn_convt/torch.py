@@ -109,6 +109,11 @@ class _Geometry:
                 )
                 raise ValueError(msg)
 
+    def lists(self) -> tuple[list[int], list[int], list[int], int, list[int]]:
+        """stride, padding, output_padding, groups, dilation: the custom ops' arguments."""
+        return (list(self.strides), list(self.pads), list(self.output_padding), self.groups,
+                list(self.dilations))
+
     def attrs(self, data_format: str) -> dict[str, Any]:
         return dict(strides=self.strides, pads_begin=self.pads, pads_end=self.pads,
                     dilations=self.dilations, output_padding=self.output_padding,
@@ -120,6 +125,23 @@ _geometry = functools.lru_cache(maxsize=256)(_Geometry)
 
 def _memory_format(rank: int) -> torch.memory_format:
     return {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank, torch.contiguous_format)
+
+
+def _autocast(input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+    """The tensors as CPU autocast runs a transposed convolution: inside
+    ``torch.autocast("cpu", dtype=torch.bfloat16)`` (or float16) float32 tensors are cast
+    to that dtype, as torch's own layer does, and the result comes out in it. The casts are
+    autograd ops: the gradients reach float32 parameters in float32."""
+    if not torch.is_autocast_enabled("cpu"):
+        return input, weight, bias
+    low = torch.get_autocast_dtype("cpu")
+    if low not in (torch.bfloat16, torch.float16):
+        return input, weight, bias
+
+    def cast(t: Tensor) -> Tensor:
+        return t.to(low) if t.dtype == torch.float32 else t
+
+    return cast(input), cast(weight), None if bias is None else cast(bias)
 
 
 def _run(cls: Any, geometry: _Geometry, activation: Tensor, *others: Optional[Tensor], **extra: Any) -> Tensor:
@@ -211,6 +233,135 @@ def _apply(fn: type[torch.autograd.Function], *args: Any) -> Tensor:
     return result
 
 
+# The same three ops registered with torch.library, for torch.compile: a traced model keeps
+# each call whole in its graph (no graph break), with a fake (meta) kernel for the output's
+# shape and strides and the same gradients as the Functions above. Eager calls take the
+# Functions, which cost less per call than the dispatcher's custom-op path.
+_Ints = list[int]
+
+
+@torch.library.custom_op("onednn_convt::conv_transpose", mutates_args=())
+def conv_transpose_op(src: Tensor, weight: Tensor, bias: Optional[Tensor], stride: _Ints, padding: _Ints,
+                      output_padding: _Ints, groups: int, dilation: _Ints) -> Tensor:
+    """``torch.ops.onednn_convt.conv_transpose``: :class:`~onednn_convt.ConvTranspose` on
+    src (N, C_in, X...) NCX or channels_last, weight (C_in, C_out/groups, k...) and an
+    optional bias (C_out,); the result (N, C_out, X'...) laid out as src."""
+    g = _Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose")
+    return _run(ConvTranspose, g, src, weight, bias)
+
+
+@torch.library.custom_op("onednn_convt::conv_transpose_backward_data", mutates_args=())
+def backward_data_op(diff_dst: Tensor, weight: Tensor, stride: _Ints, padding: _Ints, output_padding: _Ints,
+                     groups: int, dilation: _Ints) -> Tensor:
+    """``torch.ops.onednn_convt.conv_transpose_backward_data``:
+    :class:`~onednn_convt.ConvTransposeBackwardData`, the gradient of the input (N, C_in, X...)
+    from diff_dst (N, C_out, X'...), laid out as diff_dst."""
+    g = _Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_data")
+    return _run(ConvTransposeBackwardData, g, diff_dst, weight)
+
+
+@torch.library.custom_op("onednn_convt::conv_transpose_backward_weights", mutates_args=())
+def backward_weights_op(src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stride: _Ints, padding: _Ints,
+                        output_padding: _Ints, groups: int, dilation: _Ints) -> Tensor:
+    """``torch.ops.onednn_convt.conv_transpose_backward_weights``:
+    :class:`~onednn_convt.ConvTransposeBackwardWeights`, the weight gradient
+    (C_in, C_out/groups, k...), contiguous."""
+    g = _Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_weights")
+    return _run(ConvTransposeBackwardWeights, g, src, diff_dst, weight_shape=tuple(weight_shape))
+
+
+def _like(activation: Tensor, shape: Sequence[Any]) -> Tensor:
+    """An empty tensor of ``shape`` laid out as :func:`_run` lays out a result computed from
+    ``activation``: channels_last when it is, else contiguous."""
+    if _channels_last(activation):
+        return _from_nxc(activation.new_empty((shape[0], *shape[2:], shape[1])))
+    return activation.new_empty(tuple(shape))
+
+
+def _spatial_out(x: Sequence[Any], k: Sequence[Any], s: _Ints, p: _Ints, op: _Ints, d: _Ints) -> list[Any]:
+    # torch's (and the spec's, with symmetric pads) output size of a transposed convolution
+    return [(xi - 1) * si - 2 * pi + di * (ki - 1) + oi + 1 for xi, ki, si, pi, oi, di in zip(x, k, s, p, op, d)]
+
+
+@conv_transpose_op.register_fake
+def _(src: Tensor, weight: Tensor, bias: Optional[Tensor], stride: _Ints, padding: _Ints,
+      output_padding: _Ints, groups: int, dilation: _Ints) -> Tensor:
+    x = _spatial_out(src.shape[2:], weight.shape[2:], stride, padding, output_padding, dilation)
+    return _like(src, [src.shape[0], weight.shape[1] * groups, *x])
+
+
+@backward_data_op.register_fake
+def _(diff_dst: Tensor, weight: Tensor, stride: _Ints, padding: _Ints, output_padding: _Ints,
+      groups: int, dilation: _Ints) -> Tensor:
+    # the input's spatial size, from diff_dst's: the inverse of _spatial_out
+    x = [(yi - 1 + 2 * pi - di * (ki - 1) - oi) // si + 1
+         for yi, ki, si, pi, oi, di in zip(diff_dst.shape[2:], weight.shape[2:], stride, padding,
+                                           output_padding, dilation)]
+    return _like(diff_dst, [diff_dst.shape[0], weight.shape[0], *x])
+
+
+@backward_weights_op.register_fake
+def _(src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stride: _Ints, padding: _Ints,
+      output_padding: _Ints, groups: int, dilation: _Ints) -> Tensor:
+    return src.new_empty(tuple(weight_shape))
+
+
+def _save(ctx: Any, first: Tensor, second: Tensor, geometry: list[Any]) -> None:
+    """What each op's backward reads: its two tensor inputs, and stride, padding,
+    output_padding, groups and dilation as the ops take them."""
+    ctx.save_for_backward(first, second)
+    ctx.geometry_args = tuple(geometry)
+
+
+def _forward_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    src, weight, bias, *geometry = inputs
+    _save(ctx, src, weight, geometry)
+    ctx.has_bias = bias is not None
+
+
+def _forward_backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+    src, weight = ctx.saved_tensors
+    g = ctx.geometry_args
+    need_src, need_weight, need_bias = ctx.needs_input_grad[:3]
+    d_src = backward_data_op(grad, weight, *g) if need_src else None
+    d_weight = backward_weights_op(src, grad, list(weight.shape), *g) if need_weight else None
+    d_bias = grad.sum(dim=(0, *range(2, grad.dim()))) if need_bias and ctx.has_bias else None
+    return d_src, d_weight, d_bias, None, None, None, None, None
+
+
+def _backward_data_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    diff_dst, weight, *geometry = inputs
+    _save(ctx, diff_dst, weight, geometry)
+
+
+def _backward_data_backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+    diff_dst, weight = ctx.saved_tensors
+    g = ctx.geometry_args
+    need_dd, need_weight = ctx.needs_input_grad[:2]
+    d_dd = conv_transpose_op(grad, weight, None, *g) if need_dd else None
+    d_weight = backward_weights_op(grad, diff_dst, list(weight.shape), *g) if need_weight else None
+    return d_dd, d_weight, None, None, None, None, None
+
+
+def _backward_weights_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    src, diff_dst, _shape, *geometry = inputs
+    _save(ctx, src, diff_dst, geometry)
+
+
+def _backward_weights_backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+    src, diff_dst = ctx.saved_tensors
+    g = ctx.geometry_args
+    need_src, need_dd = ctx.needs_input_grad[:2]
+    d_src = backward_data_op(diff_dst, grad, *g) if need_src else None
+    d_dd = conv_transpose_op(src, grad, None, *g) if need_dd else None
+    return d_src, d_dd, None, None, None, None, None, None
+
+
+conv_transpose_op.register_autograd(_forward_backward, setup_context=_forward_setup)
+backward_data_op.register_autograd(_backward_data_backward, setup_context=_backward_data_setup)
+backward_weights_op.register_autograd(_backward_weights_backward, setup_context=_backward_weights_setup)
+
+
 def _conv_transpose(
     rank: int, fn: str, input: Tensor, weight: Tensor, bias: Optional[Tensor], stride: IntOrTuple,
     padding: IntOrTuple, output_padding: IntOrTuple, groups: int, dilation: IntOrTuple,
@@ -224,6 +375,7 @@ def _conv_transpose(
         if t.device.type != "cpu":
             msg = f"{fn}: argument '{name}' is on device {t.device}; onednn_convt runs on the CPU only"
             raise TypeError(msg)
+    input, weight, bias = _autocast(input, weight, bias)
     tensors = {"input": input, "weight": weight, **({} if bias is None else {"bias": bias})}
     for name, t in tensors.items():
         if t.dtype not in _DTYPES:
@@ -233,10 +385,14 @@ def _conv_transpose(
         got = ", ".join(f"{n}={t.dtype}" for n, t in tensors.items())
         msg = f"{fn}: input, weight and bias must have one dtype, got {got}"
         raise TypeError(msg)
-    try:
-        geometry = _geometry(rank, stride, padding, output_padding, groups, dilation, fn)
-    except TypeError:  # a list argument: not hashable, so not cached
+    if torch.compiler.is_compiling():
+        # traced by torch.compile: the registered custom op, which the graph keeps whole
         geometry = _Geometry(rank, stride, padding, output_padding, groups, dilation, fn)
+    else:
+        try:
+            geometry = _geometry(rank, stride, padding, output_padding, groups, dilation, fn)
+        except TypeError:  # a list argument: not hashable, so not cached
+            geometry = _Geometry(rank, stride, padding, output_padding, groups, dilation, fn)
     if input.dim() == rank + 1:  # unbatched (C, X...), as torch allows
         out = _conv_transpose(rank, fn, input.unsqueeze(0), weight, bias, stride, padding,
                               output_padding, groups, dilation)
@@ -248,6 +404,8 @@ def _conv_transpose(
         torch_fn = getattr(torch.nn.functional, fn)
         result: Tensor = torch_fn(input, weight, bias, stride, padding, output_padding, groups, dilation)
         return result
+    if torch.compiler.is_compiling():
+        return conv_transpose_op(input, weight, bias, *geometry.lists())
     return _apply(_Forward, input, weight, bias, geometry)
 
 
