@@ -21,7 +21,10 @@ nearest measured layers ran fastest (:meth:`onednn_convt.lowering.rules_table.Ta
 class (op, dtype, data format, :func:`onednn_convt.problem.shape_class`): the library's own
 op in the native dtype (ConvTranspose, ConvTransposeBackwardData,
 ConvTransposeBackwardWeights; never "... in f32"), unless one other lowering beat it by at
-least ``--margin`` on every CPU measured that has the class. A candidate's score in a class
+least ``--margin`` on every CPU measured that has the class, and at least ``--min-cpus``
+CPUs have it (a lowering one CPU alone measured on a class stays that CPU's: a polyphase
+win on Zen5 3-D layers ran 3.5x slower than the library's op on another 3-D layer of the
+same class). A candidate's score in a class
 is the geometric mean, over the class's layers, of its time over the fastest candidate
 measured on all of them (:func:`class_scores`). Tables measured under an
 ``ONEDNN_MAX_CPU_ISA`` cap do not count: a cap changes the instructions, not the machine.
@@ -99,7 +102,7 @@ def class_scores(layers: tuple[rules_table.Measured, ...]) -> dict[rules_table.K
     return out
 
 
-def default_rules(tables: list[rules_table.Table], margin: float) -> list[dict[str, Any]]:
+def default_rules(tables: list[rules_table.Table], margin: float, min_cpus: int = 2) -> list[dict[str, Any]]:
     """The conservative default's rules (see the module docstring)."""
     scored = {t.name: class_scores(t.layers) for t in tables}
     keys = sorted(set().union(*scored.values())) if scored else []
@@ -109,7 +112,7 @@ def default_rules(tables: list[rules_table.Table], margin: float) -> list[dict[s
         own = LIBRARY_OP[op]
         having = [t for t in tables if own in scored[t.name].get(key, {})]
         choice, why = own, "the library's own op"
-        if having and len(having) == sum(key in scored[t.name] for t in tables):
+        if len(having) >= min_cpus and len(having) == sum(key in scored[t.name] for t in tables):
             rivals = set.intersection(*(set(scored[t.name][key]) for t in having)) - {own}
             winners = [n for n in sorted(rivals) if not n.endswith(" in f32")
                        and all(scored[t.name][key][own] >= margin * scored[t.name][key][n] for t in having)]
@@ -147,17 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--date", default=datetime.date.today().isoformat(), help="when the runs were made")
     parser.add_argument("--default", action="store_true", help="write default.json from the tables in --out")
     parser.add_argument("--margin", type=float, default=1.10, help="--default: how much faster a rival must be")
+    parser.add_argument("--min-cpus", type=int, default=2,
+                        help="--default: how many CPUs must have measured a class before a rival may win it")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.default:
         tables = [rules_table.read(p) for p in sorted(args.out.glob("*.json")) if p.stem != rules_table.DEFAULT_NAME]
         native = [t for t in tables if not t.provenance.get("capped")]
         doc = {"format": rules_table.FORMAT, "cpu": rules_table.DEFAULT_NAME, "isa": "any",
-               "date": datetime.date.today().isoformat(), "margin": args.margin,
+               "date": datetime.date.today().isoformat(), "margin": args.margin, "min_cpus": args.min_cpus,
                "made_from": [t.name for t in native],
                "note": (f"the library's own op, unless another lowering won by {args.margin:.2f}x or more on "
-                        f"every CPU measured: {', '.join(t.provenance.get('cpu_name', t.cpu) for t in native)}"),
-               "rules": default_rules(native, args.margin)}
+                        f"every CPU measured, at least {args.min_cpus} of: "
+                        f"{', '.join(t.provenance.get('cpu_name', t.cpu) for t in native)}"),
+               "rules": default_rules(native, args.margin, args.min_cpus)}
         write(args.out / f"{rules_table.DEFAULT_NAME}.json", doc)
         print(f"wrote {args.out / 'default.json'}: {len(doc['rules'])} rules from {len(native)} tables")
         return 0

@@ -19,8 +19,8 @@ A problem runs as its :data:`NEIGHBOURS` nearest measured layers of the same op,
 data format ran fastest (:meth:`Table.choose`, by :func:`onednn_convt.problem.features`).
 ``default.json`` (``"cpu": "default"``) is the conservative table for a CPU with none of its
 own, keyed by :func:`onednn_convt.problem.shape_class` instead (``"rules"``: the library's own
-op in the native dtype, except where another lowering won by a margin on every CPU measured;
-``make_rules.py --default``). :func:`select` says which table applies here and why.
+op in the native dtype, except where another lowering won by a margin on every CPU measured,
+two at least; ``make_rules.py --default``). :func:`select` says which table applies here and why.
 """
 
 from __future__ import annotations
