@@ -2,15 +2,17 @@
 
 Usage::
 
-    python benchmarks/make_results.py benchmarks/results/models.json benchmarks/results/tiny.json
+    python benchmarks/make_results.py benchmarks/results/zen5/models-rules.json ...
 
-Each run gives a section: what ran (versions, threads, peak, date, command), its targets,
-its chart if one was written beside the JSON, and its table. A text file NOTES.md beside
+The page opens with one row per run (CPU, rules or autotuned, geomean speed over PyTorch per
+dtype, rows below 0.90, the slowest row). Then each run gives a section: what ran (versions,
+CPU, threads, peak, date, command), the figures it measured, its chart if one was written beside the JSON, and its table. A text file NOTES.md beside
 this script, if present, is appended as the analysis.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -61,11 +63,10 @@ def section(path: Path) -> str:
         f"- files: [{rel.with_suffix('.json')}]({rel.with_suffix('.json')}), "
         f"[{rel.with_suffix('.csv')}]({rel.with_suffix('.csv')})",
         "",
-        "Targets (issue 4), as this run measured them:",
         "",
-        "```",
-        report.targets_text(doc["targets"]),
-        "```",
+        "What this run measured:",
+        "",
+        report.summary_text(doc["targets"]),
         "",
     ]
     busy = [r["others_cpu"] for r in recs if r.get("others_cpu") is not None]
@@ -93,6 +94,31 @@ def section(path: Path) -> str:
     return "\n".join(lines)
 
 
+def overview(paths: list[Path]) -> str:
+    """One row per run: the CPU, how the lowering was chosen, and the speed over PyTorch
+    (PyTorch's time / ours) as geomean per dtype, the rows below 0.90 and the slowest row."""
+    lines = ["| run | CPU | lowering | rows | geomean | f32 | bf16 | below 0.90 | slowest |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for path in paths:
+        doc = report.read_json(path)
+        meta, recs = doc["meta"], doc["results"]
+        ratios = [(r["dtype"], r["vs_torch"], f"{r['layer']}/{r['op']}/{r['dtype']}/{r['format']}")
+                  for r in recs if r.get("vs_torch")]
+        if not ratios:
+            continue
+
+        def geo(xs: list[float]) -> str:
+            return f"{math.exp(sum(map(math.log, xs)) / len(xs)):.2f}" if xs else "-"
+
+        low = min(ratios, key=lambda t: t[1])
+        how = "autotuned" if meta.get("autotune") else "rules"
+        lines.append(
+            f"| {path.stem} | {meta.get('cpu_model', '?')} | {how} | {len(ratios)} | {geo([v for _, v, _ in ratios])} "
+            f"| {geo([v for d, v, _ in ratios if d == 'f32'])} | {geo([v for d, v, _ in ratios if d == 'bf16'])} "
+            f"| {sum(v < 0.90 for _, v, _ in ratios)} | {low[1]:.2f} ({low[2]}) |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     paths = [Path(a).resolve() for a in argv] or sorted((HERE / "results").glob("*.json"))
     parts = [
@@ -102,6 +128,10 @@ def main(argv: list[str]) -> int:
         "and `python benchmarks/make_results.py`.",
         "",
         report.LEGEND,
+        "",
+        "## Speed over PyTorch, run by run",
+        "",
+        overview(paths),
         "",
     ]
     notes = HERE / "NOTES.md"

@@ -4,11 +4,14 @@ Usage::
 
     python benchmarks/verbose_kernels.py models/unet/bwd_d/f32/NXC [more keys...]
     python benchmarks/verbose_kernels.py --suite models --layers depthwise --dtypes f32
+    python benchmarks/verbose_kernels.py models/unet/bwd_d/f32/NCX --lowering Convolution
 
 It sets ONEDNN_VERBOSE=1 before oneDNN loads, runs each configuration three times (the
 first call compiles) and prints the ``exec`` lines of the last call: primitive kind,
 implementation, memory formats and milliseconds. ``reorder`` lines are layout conversions
-that the compiled partition does on every call.
+that the compiled partition does on every call. ``--lowering NAME`` runs each configuration
+as that candidate (one of ``onednn_convt.lowering.candidates``) instead of the rules' choice:
+the kernels of the fastest candidate, where a layer is slow whatever runs it.
 """
 
 from __future__ import annotations
@@ -52,7 +55,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", default=",".join(suites.OPS))
     p.add_argument("--dtypes", default="f32")
     p.add_argument("--formats", default=",".join(suites.FORMATS))
+    p.add_argument("--lowering", default=None, help="run as this candidate, not the rules' choice")
     args = p.parse_args(argv)
+    if args.lowering:
+        from onednn_convt import lowering
+
+        chosen = args.lowering
+
+        def rule(problem: Any, *, native: bool = False) -> str:
+            names = lowering.candidates(problem, native=native)
+            if chosen not in names:
+                raise SystemExit(f"--lowering {chosen!r} cannot run this problem; its candidates: {names}")
+            return chosen
+
+        lowering.rule = rule  # type: ignore[assignment]  # every op object made below asks it
 
     configs = []
     if args.suite:

@@ -5,7 +5,7 @@ Examples::
     onednn-convt bench                         # models suite, every op, dtype and format
     onednn-convt bench --suite tiny --quick
     onednn-convt bench --suite models --skip-slow --ops fwd --dtypes f32 --formats NXC
-    onednn-convt bench --compare benchmarks/results/models.json
+    onednn-convt bench --compare benchmarks/results/zen5/models-rules.json
     onednn-convt bench --suite step            # DCGAN training step: onednn_convt.torch vs torch
     onednn-convt bench --suite fused           # fused ConvTranspose + post-ops vs unfused and torch
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import schema
+from .. import cpu, schema
 from . import peers, report, runner, suites, timing
 from .peak import peak_for
 
@@ -182,12 +182,6 @@ def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[st
 
     i = info()
     torch = peers.torch_module() if not args.no_torch else None
-    cpu_model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu_model)
-    except OSError:
-        pass
     return {
         **{k: i[k] for k in ("onednn_version", "onednn_commit", "cpu_runtime", "cpu_isa")},
         "libdnnl": os.path.basename(i["libdnnl"]),  # no machine paths in the result files
@@ -195,7 +189,7 @@ def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[st
         "threads": threads, "omp_threads": omp,
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         **(peers.torch_versions() if not args.no_torch else {"torch": None, "torch_onednn": None}),
-        "cpus": timing.cpu_count(), "cpu_model": cpu_model,
+        "cpus": timing.cpu_count(), "cpu_model": cpu.detect().name,
         "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "argv": sys.argv[1:], "autotune": bool(getattr(args, "autotune", False)),
     }
