@@ -89,6 +89,7 @@ def test_compiled_generator_matches_eager_in_one_graph(backend):
     torch._dynamo.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a graph break or a fallback would warn
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch's own imports (torch.jit)
         compiled = torch.compile(model, fullgraph=True, backend=backend)
         out, grads = _step(compiled, z)
     np.testing.assert_allclose(out.numpy(), eager_out.numpy(), rtol=1e-5, atol=1e-5)

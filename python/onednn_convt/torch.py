@@ -267,7 +267,7 @@ def backward_weights_op(src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stri
     :class:`~onednn_convt.ConvTransposeBackwardWeights`, the weight gradient
     (C_in, C_out/groups, k...), contiguous."""
     g = _Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_weights")
-    return _run(ConvTransposeBackwardWeights, g, src, diff_dst, weight_shape=tuple(weight_shape))
+    return _run(ConvTransposeBackwardWeights, g, src, diff_dst, weights_shape=tuple(weight_shape))
 
 
 def _like(activation: Tensor, shape: Sequence[Any]) -> Tensor:
@@ -405,7 +405,8 @@ def _conv_transpose(
         result: Tensor = torch_fn(input, weight, bias, stride, padding, output_padding, groups, dilation)
         return result
     if torch.compiler.is_compiling():
-        return conv_transpose_op(input, weight, bias, *geometry.lists())
+        traced: Tensor = conv_transpose_op(input, weight, bias, *geometry.lists())
+        return traced
     return _apply(_Forward, input, weight, bias, geometry)
 
 
