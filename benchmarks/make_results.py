@@ -122,7 +122,7 @@ def overview(paths: list[Path]) -> str:
 def main(argv: list[str]) -> int:
     paths = [Path(a).resolve() for a in argv] or sorted((HERE / "results").glob("*.json"))
     parts = [
-        "# Benchmark results on this machine",
+        "# Benchmark results (each run names its CPU)",
         "",
         "Produced by `onednn-convt bench` (see [README.md](README.md) for how to run and read it) "
         "and `python benchmarks/make_results.py`.",
