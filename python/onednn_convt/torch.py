@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
-from . import interop
+from . import interop, shapes
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
 
 __all__ = [
@@ -164,10 +164,8 @@ def _run(cls: Any, geometry: _Geometry, activation: Tensor, *others: Optional[Te
     return _from_nxc(result) if nxc and not weights_grad else result
 
 
-# Three autograd Functions, one per op. The gradients of each are the other two, applied as
-# Functions again, so gradients of any order run on the package: with CT the forward, BD
-# ConvTransposeBackwardData and BW ConvTransposeBackwardWeights,
-# <h, BD(g, w)> = <CT(h, w), g> and <H, BW(x, g)> = <CT(x, H), g>.
+# Three autograd Functions, one per op; the gradients of each are the other two
+# (_forward_grads and its siblings below).
 class _Forward(torch.autograd.Function):
     """dst = ConvTranspose(src, weights) + bias."""
 
@@ -180,13 +178,7 @@ class _Forward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
-        src, weight = ctx.saved_tensors
-        g: _Geometry = ctx.geometry
-        need_src, need_weight, need_bias, _ = ctx.needs_input_grad
-        d_src = _apply(_BackwardData, grad, weight, g) if need_src else None
-        d_weight = _apply(_BackwardWeights, src, grad, g, tuple(weight.shape)) if need_weight else None
-        d_bias = grad.sum(dim=(0, *range(2, grad.dim()))) if need_bias and ctx.has_bias else None
-        return d_src, d_weight, d_bias, None
+        return (*_forward_grads(_Calls(ctx.geometry, traced=False), ctx, grad), None)
 
 
 class _BackwardData(torch.autograd.Function):
@@ -200,12 +192,7 @@ class _BackwardData(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
-        diff_dst, weight = ctx.saved_tensors
-        g: _Geometry = ctx.geometry
-        need_dd, need_weight, _ = ctx.needs_input_grad
-        d_dd = _apply(_Forward, grad, weight, None, g) if need_dd else None
-        d_weight = _apply(_BackwardWeights, grad, diff_dst, g, tuple(weight.shape)) if need_weight else None
-        return d_dd, d_weight, None
+        return (*_backward_data_grads(_Calls(ctx.geometry, traced=False), ctx, grad), None)
 
 
 class _BackwardWeights(torch.autograd.Function):
@@ -219,18 +206,69 @@ class _BackwardWeights(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
-        src, diff_dst = ctx.saved_tensors
-        g: _Geometry = ctx.geometry
-        need_src, need_dd, _, _ = ctx.needs_input_grad
-        d_src = _apply(_BackwardData, diff_dst, grad, g) if need_src else None
-        d_dd = _apply(_Forward, src, grad, None, g) if need_dd else None
-        return d_src, d_dd, None, None
+        return (*_backward_weights_grads(_Calls(ctx.geometry, traced=False), ctx, grad), None, None)
 
 
 def _apply(fn: type[torch.autograd.Function], *args: Any) -> Tensor:
     apply: Any = fn.apply  # untyped in torch
     result: Tensor = apply(*args)
     return result
+
+
+class _Calls:
+    """How the gradient formulas below call the three ops: as the autograd Functions above
+    (eager), or as the custom ops below (traced by torch.compile). Either is differentiable
+    again, so gradients of any order run on the package."""
+
+    def __init__(self, geometry: _Geometry, traced: bool) -> None:
+        self.geometry = geometry
+        self.traced = traced
+
+    def ct(self, x: Tensor, w: Tensor) -> Tensor:
+        if self.traced:
+            out: Tensor = conv_transpose_op(x, w, None, *self.geometry.lists())
+            return out
+        return _apply(_Forward, x, w, None, self.geometry)
+
+    def bd(self, g: Tensor, w: Tensor) -> Tensor:
+        if self.traced:
+            out: Tensor = backward_data_op(g, w, *self.geometry.lists())
+            return out
+        return _apply(_BackwardData, g, w, self.geometry)
+
+    def bw(self, x: Tensor, g: Tensor, shape: Sequence[int]) -> Tensor:
+        if self.traced:
+            out: Tensor = backward_weights_op(x, g, list(shape), *self.geometry.lists())
+            return out
+        return _apply(_BackwardWeights, x, g, self.geometry, tuple(shape))
+
+
+# The gradients of each op, from its saved inputs (ctx.saved_tensors) and ctx.needs_input_grad:
+# with CT the forward, BD ConvTransposeBackwardData and BW ConvTransposeBackwardWeights,
+# <h, BD(g, w)> = <CT(h, w), g> and <H, BW(x, g)> = <CT(x, H), g>.
+def _forward_grads(calls: _Calls, ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+    """d src, d weight, d bias of dst = CT(src, weight) + bias."""
+    src, weight = ctx.saved_tensors
+    need_src, need_weight, need_bias = ctx.needs_input_grad[:3]
+    return (calls.bd(grad, weight) if need_src else None,
+            calls.bw(src, grad, weight.shape) if need_weight else None,
+            grad.sum(dim=(0, *range(2, grad.dim()))) if need_bias and ctx.has_bias else None)
+
+
+def _backward_data_grads(calls: _Calls, ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+    """d diff_dst, d weight of diff_src = BD(diff_dst, weight)."""
+    diff_dst, weight = ctx.saved_tensors
+    need_dd, need_weight = ctx.needs_input_grad[:2]
+    return (calls.ct(grad, weight) if need_dd else None,
+            calls.bw(grad, diff_dst, weight.shape) if need_weight else None)
+
+
+def _backward_weights_grads(calls: _Calls, ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+    """d src, d diff_dst of diff_weights = BW(src, diff_dst)."""
+    src, diff_dst = ctx.saved_tensors
+    need_src, need_dd = ctx.needs_input_grad[:2]
+    return (calls.bd(diff_dst, grad) if need_src else None,
+            calls.ct(src, grad) if need_dd else None)
 
 
 # The same three ops registered with torch.library, for torch.compile: a traced model keeps
@@ -278,25 +316,18 @@ def _like(activation: Tensor, shape: Sequence[Any]) -> Tensor:
     return activation.new_empty(tuple(shape))
 
 
-def _spatial_out(x: Sequence[Any], k: Sequence[Any], s: _Ints, p: _Ints, op: _Ints, d: _Ints) -> list[Any]:
-    # torch's (and the spec's, with symmetric pads) output size of a transposed convolution
-    return [(xi - 1) * si - 2 * pi + di * (ki - 1) + oi + 1 for xi, ki, si, pi, oi, di in zip(x, k, s, p, op, d)]
-
-
 @conv_transpose_op.register_fake
 def _(src: Tensor, weight: Tensor, bias: Optional[Tensor], stride: _Ints, padding: _Ints,
       output_padding: _Ints, groups: int, dilation: _Ints) -> Tensor:
-    x = _spatial_out(src.shape[2:], weight.shape[2:], stride, padding, output_padding, dilation)
+    x = shapes.conv_transpose_output(src.shape[2:], weight.shape[2:], stride, dilation, padding, padding,
+                                     output_padding)
     return _like(src, [src.shape[0], weight.shape[1] * groups, *x])
 
 
 @backward_data_op.register_fake
 def _(diff_dst: Tensor, weight: Tensor, stride: _Ints, padding: _Ints, output_padding: _Ints,
       groups: int, dilation: _Ints) -> Tensor:
-    # the input's spatial size, from diff_dst's: the inverse of _spatial_out
-    x = [(yi - 1 + 2 * pi - di * (ki - 1) - oi) // si + 1
-         for yi, ki, si, pi, oi, di in zip(diff_dst.shape[2:], weight.shape[2:], stride, padding,
-                                           output_padding, dilation)]
+    x = shapes.backward_data_output(diff_dst.shape[2:], weight.shape[2:], stride, dilation, padding, padding)
     return _like(diff_dst, [diff_dst.shape[0], weight.shape[0], *x])
 
 
@@ -306,55 +337,41 @@ def _(src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stride: _Ints, padding
     return src.new_empty(tuple(weight_shape))
 
 
-def _save(ctx: Any, first: Tensor, second: Tensor, geometry: list[Any]) -> None:
-    """What each op's backward reads: its two tensor inputs, and stride, padding,
-    output_padding, groups and dilation as the ops take them."""
+def _setup(ctx: Any, first: Tensor, second: Tensor, geometry: Sequence[Any]) -> None:
+    """What each custom op's backward reads: its two tensor inputs and its geometry
+    (stride, padding, output_padding, groups, dilation)."""
     ctx.save_for_backward(first, second)
-    ctx.geometry_args = tuple(geometry)
+    stride, padding, output_padding, groups, dilation = geometry
+    ctx.geometry = _Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose")
 
 
 def _forward_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     src, weight, bias, *geometry = inputs
-    _save(ctx, src, weight, geometry)
+    _setup(ctx, src, weight, geometry)
     ctx.has_bias = bias is not None
-
-
-def _forward_backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
-    src, weight = ctx.saved_tensors
-    g = ctx.geometry_args
-    need_src, need_weight, need_bias = ctx.needs_input_grad[:3]
-    d_src = backward_data_op(grad, weight, *g) if need_src else None
-    d_weight = backward_weights_op(src, grad, list(weight.shape), *g) if need_weight else None
-    d_bias = grad.sum(dim=(0, *range(2, grad.dim()))) if need_bias and ctx.has_bias else None
-    return d_src, d_weight, d_bias, None, None, None, None, None
 
 
 def _backward_data_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     diff_dst, weight, *geometry = inputs
-    _save(ctx, diff_dst, weight, geometry)
-
-
-def _backward_data_backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
-    diff_dst, weight = ctx.saved_tensors
-    g = ctx.geometry_args
-    need_dd, need_weight = ctx.needs_input_grad[:2]
-    d_dd = conv_transpose_op(grad, weight, None, *g) if need_dd else None
-    d_weight = backward_weights_op(grad, diff_dst, list(weight.shape), *g) if need_weight else None
-    return d_dd, d_weight, None, None, None, None, None
+    _setup(ctx, diff_dst, weight, geometry)
 
 
 def _backward_weights_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     src, diff_dst, _shape, *geometry = inputs
-    _save(ctx, src, diff_dst, geometry)
+    _setup(ctx, src, diff_dst, geometry)
+
+
+def _forward_backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+    return (*_forward_grads(_Calls(ctx.geometry, traced=True), ctx, grad), None, None, None, None, None)
+
+
+def _backward_data_backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+    return (*_backward_data_grads(_Calls(ctx.geometry, traced=True), ctx, grad), None, None, None, None, None)
 
 
 def _backward_weights_backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
-    src, diff_dst = ctx.saved_tensors
-    g = ctx.geometry_args
-    need_src, need_dd = ctx.needs_input_grad[:2]
-    d_src = backward_data_op(diff_dst, grad, *g) if need_src else None
-    d_dd = conv_transpose_op(src, grad, None, *g) if need_dd else None
-    return d_src, d_dd, None, None, None, None, None, None
+    return (*_backward_weights_grads(_Calls(ctx.geometry, traced=True), ctx, grad),
+            None, None, None, None, None, None)
 
 
 conv_transpose_op.register_autograd(_forward_backward, setup_context=_forward_setup)
