@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 FORWARD = "ConvTranspose"
 BACKWARD_DATA = "ConvTransposeBackwardData"
@@ -32,6 +32,17 @@ TINY_FLOPS = 1_000_000
 SMALL_SRC = 64
 #: channels (input or output, the fewer) under which a problem is ``"thin"``
 THIN_CHANNELS = 32
+
+
+def depthwise(groups: int, ic: int, oc: int) -> bool:
+    """One input and one output channel per group."""
+    return ic == groups and oc == groups
+
+
+def tiled(strides: Sequence[int], kernel: Sequence[int]) -> bool:
+    """Every stride at least its kernel size: the taps of neighbouring src positions do not
+    overlap (U-Net's k2 s2)."""
+    return all(s >= k for s, k in zip(strides, kernel))
 
 
 def shape_class(
@@ -55,16 +66,16 @@ def shape_class(
     if flops(n, ic, oc, groups, kernel, src) < TINY_FLOPS:
         return "tiny"
     if groups > 1:
-        if ic == groups and oc == groups:
+        if depthwise(groups, ic, oc):
             return "depthwise" if all(s == 1 for s in strides) else "depthwise-strided"
         return "grouped"
-    tiled = all(s >= k for s, k in zip(strides, kernel))
+    taps_apart = tiled(strides, kernel)
     thin = min(ic, oc) < THIN_CHANNELS
     if len(kernel) == 1:
         return "1d-thin" if thin else "1d"
     if len(kernel) == 3:
-        return "3d-tiled" if tiled else "3d"
-    if tiled:
+        return "3d-tiled" if taps_apart else "3d"
+    if taps_apart:
         return "tiled"
     if all(s == 1 for s in strides):
         return "stride1"
@@ -91,11 +102,10 @@ def features(
     more spatial dim, or a change of kind. The weights were chosen by leave-one-layer-out
     cross-validation on the broad suite's fit half (docs/performance.md)."""
     log2 = math.log2
-    depthwise = groups > 1 and ic == groups and oc == groups
-    tiled = all(s >= k for s, k in zip(strides, kernel))
+    dw = groups > 1 and depthwise(groups, ic, oc)
     return (log2(ic / groups), log2(oc / groups), log2(math.prod(src)), log2(n), log2(math.prod(kernel)),
-            log2(math.prod(strides)), float(len(kernel)), float(depthwise), float(groups > 1 and not depthwise),
-            float(tiled), log2(groups))
+            log2(math.prod(strides)), float(len(kernel)), float(dw), float(groups > 1 and not dw),
+            float(tiled(strides, kernel)), log2(groups))
 
 
 @dataclass(frozen=True)
@@ -175,8 +185,8 @@ class Problem:
 
     @property
     def depthwise(self) -> bool:
-        """One input and one output channel per group."""
-        return self.ic == self.groups and self.oc == self.groups
+        """One input and one output channel per group (:func:`depthwise`)."""
+        return depthwise(self.groups, self.ic, self.oc)
 
     @property
     def flops(self) -> int:

@@ -70,7 +70,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import cpu, guards
-from ..problem import BACKWARD_DATA, FORWARD, Problem
+from ..problem import BACKWARD_DATA, FORWARD, Problem, depthwise
 from . import base, forward, matmul_backward_weights, matmul_lowering, matmul_tiles, rules_table, weights
 
 #: the ISA classes of the measured table: each dispatch ISA (:func:`guards.dispatch_isa`) and
@@ -230,8 +230,7 @@ def forward_kind(
     pads_end: Sequence[int], groups: int, ic: int, oc: int, *, bias: bool,
 ) -> str:
     """The library op kind that runs a ConvTranspose call (outside the MatMul lowering)."""
-    depthwise = ic == groups and oc == groups
-    if depthwise and all(s == 1 for s in strides):
+    if depthwise(groups, ic, oc) and all(s == 1 for s in strides):
         begin, end = weights.convolution_pads(kernel, dilations, pads_begin, pads_end)
         if min(begin + end) >= 0:
             return base.CONVOLUTION
