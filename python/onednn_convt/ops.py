@@ -336,6 +336,14 @@ class _Op:
         self._fast = plan.executor
         return plan.run(arrays, out)
 
+    def executor_for(self, arrays: Sequence[Optional[np.ndarray]]) -> Any:
+        """The C++ executor of the plan a call of these plain NumPy arrays made (None for
+        the missing optional inputs, as the call took them), or None: no plan yet, or one
+        with no executor. For :mod:`onednn_convt.torch_run`, which keeps it per signature
+        of its own and runs it on tensors' addresses (``Executor.run_pointers``)."""
+        plan = self._plans.get(self._signature(arrays, None))
+        return None if plan is None else plan.executor
+
     def _as_array(self, name: str, x: Any) -> Any:
         if isinstance(x, np.ndarray):
             return interop.plain(self.op_name, name, x)  # a subclass (np.memmap): its memory

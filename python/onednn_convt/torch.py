@@ -24,14 +24,14 @@ Importing this module imports torch; the rest of the package never does.
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from . import interop, shapes
+from . import shapes
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
+from .torch_run import Geometry, IntOrTuple, cached_geometry, channels_last, from_nxc, run
 
 __all__ = [
     "ConvTranspose1d",
@@ -43,88 +43,8 @@ __all__ = [
     "swap_modules",
 ]
 
-IntOrTuple = Union[int, Sequence[int]]
 #: torch's dtypes for the package's f32, bf16 and f16
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def _tuple(name: str, value: IntOrTuple, rank: int, fn: str) -> tuple[int, ...]:
-    values = (value,) * rank if isinstance(value, int) else tuple(value)
-    if len(values) != rank or not all(isinstance(v, int) for v in values):
-        msg = f"{fn}: argument '{name}' expected an int or {rank} ints, got {value!r}"
-        raise ValueError(msg)
-    return values
-
-
-@functools.lru_cache(maxsize=256)
-def _op(cls: Any, **attrs: Any) -> Any:
-    """The op object for these attributes, shared by every call (it keeps the compiled plans).
-
-    Not :func:`functional._op`: that one normalizes any user's attributes (lists, the types
-    of values) on every call, 6.3 us a lookup here against 0.6; these come from a _Geometry, ints
-    and tuples."""
-    return cls(**attrs)
-
-
-def _call(op: Any, *tensors: Optional[Tensor]) -> Tensor:
-    """Run ``op`` on CPU tensors of one dtype (checked by the caller) as NumPy views of their
-    memory; the result as a tensor over the op's output."""
-    arrays = [None if t is None else interop.to_numpy(op.op_name, name, t.detach())
-              for name, t in zip(op.input_names, tensors)]
-    result: Tensor = interop.to_torch(op(*arrays))
-    return result
-
-
-def _channels_last(t: Tensor) -> bool:
-    """Whether t, (N, C, X...), is laid out channels-last (dense (N, X..., C)) and not NCX."""
-    perm = (0, *range(2, t.dim()), 1)
-    return t.permute(perm).is_contiguous() and not t.is_contiguous()
-
-
-def _to_nxc(t: Tensor) -> Tensor:
-    return t.permute(0, *range(2, t.dim()), 1)
-
-
-def _from_nxc(t: Tensor) -> Tensor:
-    return t.permute(0, t.dim() - 1, *range(1, t.dim() - 1))
-
-
-class _Geometry:
-    """The attributes of one call, as the ops take them (hashable, for the op cache)."""
-
-    def __init__(self, rank: int, stride: IntOrTuple, padding: IntOrTuple, output_padding: IntOrTuple,
-                 groups: int, dilation: IntOrTuple, fn: str) -> None:
-        self.rank = rank
-        self.strides = _tuple("stride", stride, rank, fn)
-        self.pads = _tuple("padding", padding, rank, fn)
-        self.output_padding = _tuple("output_padding", output_padding, rank, fn)
-        self.dilations = _tuple("dilation", dilation, rank, fn)
-        self.groups = int(groups)
-        for o, s, d in zip(self.output_padding, self.strides, self.dilations):
-            if not (o < s or o < d):  # torch's own rule, stricter than the spec's
-                msg = (
-                    f"{fn}: argument 'output_padding' expected values smaller than either stride "
-                    f"or dilation (as torch requires), got output_padding={self.output_padding}, "
-                    f"stride={self.strides}, dilation={self.dilations}"
-                )
-                raise ValueError(msg)
-
-    def lists(self) -> tuple[list[int], list[int], list[int], int, list[int]]:
-        """stride, padding, output_padding, groups, dilation: the custom ops' arguments."""
-        return (list(self.strides), list(self.pads), list(self.output_padding), self.groups,
-                list(self.dilations))
-
-    def attrs(self, data_format: str) -> dict[str, Any]:
-        return dict(strides=self.strides, pads_begin=self.pads, pads_end=self.pads,
-                    dilations=self.dilations, output_padding=self.output_padding,
-                    groups=self.groups, data_format=data_format, weights_format="IOX")
-
-
-_geometry = functools.lru_cache(maxsize=256)(_Geometry)
-
-
-def _memory_format(rank: int) -> torch.memory_format:
-    return {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank, torch.contiguous_format)
 
 
 def _autocast(input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor, Tensor, Optional[Tensor]]:
@@ -132,8 +52,6 @@ def _autocast(input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Te
     ``torch.autocast("cpu", dtype=torch.bfloat16)`` (or float16) float32 tensors are cast
     to that dtype, as torch's own layer does, and the result comes out in it. The casts are
     autograd ops: the gradients reach float32 parameters in float32."""
-    if not torch.is_autocast_enabled("cpu"):
-        return input, weight, bias
     low = torch.get_autocast_dtype("cpu")
     if low not in (torch.bfloat16, torch.float16):
         return input, weight, bias
@@ -144,37 +62,17 @@ def _autocast(input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Te
     return cast(input), cast(weight), None if bias is None else cast(bias)
 
 
-def _run(cls: Any, geometry: _Geometry, activation: Tensor, *others: Optional[Tensor], **extra: Any) -> Tensor:
-    """One op on (activation, *others), laid out as ``activation`` is: a channels_last one
-    runs as NXC over its own memory (N, X..., C), and an activation result comes back
-    channels_last. ``others``: weights (and bias) for ConvTranspose and
-    ConvTransposeBackwardData; for ConvTransposeBackwardWeights, the second activation,
-    brought to the first's layout."""
-    nxc = _channels_last(activation)
-    args = [_to_nxc(activation) if nxc else activation, *others]
-    weights_grad = cls is ConvTransposeBackwardWeights
-    if weights_grad:  # both activations in one layout
-        other = others[0]
-        assert other is not None
-        if nxc != _channels_last(other):
-            other = other.contiguous(memory_format=_memory_format(geometry.rank) if nxc else torch.contiguous_format)
-        args[1] = _to_nxc(other) if nxc else other
-    op = _op(cls, **geometry.attrs("NXC" if nxc else "NCX"), **extra)
-    result = _call(op, *args)
-    return _from_nxc(result) if nxc and not weights_grad else result
-
-
 # Three autograd Functions, one per op; the gradients of each are the other two
 # (_forward_grads and its siblings below).
 class _Forward(torch.autograd.Function):
     """dst = ConvTranspose(src, weights) + bias."""
 
     @staticmethod
-    def forward(ctx: Any, src: Tensor, weight: Tensor, bias: Optional[Tensor], geometry: _Geometry) -> Tensor:
+    def forward(ctx: Any, src: Tensor, weight: Tensor, bias: Optional[Tensor], geometry: Geometry) -> Tensor:
         ctx.save_for_backward(src, weight)
         ctx.geometry = geometry
         ctx.has_bias = bias is not None
-        return _run(ConvTranspose, geometry, src, weight, bias)
+        return run(ConvTranspose, geometry, src, weight, bias)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
@@ -185,10 +83,10 @@ class _BackwardData(torch.autograd.Function):
     """diff_src = ConvTransposeBackwardData(diff_dst, weights)."""
 
     @staticmethod
-    def forward(ctx: Any, diff_dst: Tensor, weight: Tensor, geometry: _Geometry) -> Tensor:
+    def forward(ctx: Any, diff_dst: Tensor, weight: Tensor, geometry: Geometry) -> Tensor:
         ctx.save_for_backward(diff_dst, weight)
         ctx.geometry = geometry
-        return _run(ConvTransposeBackwardData, geometry, diff_dst, weight)
+        return run(ConvTransposeBackwardData, geometry, diff_dst, weight)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
@@ -199,10 +97,10 @@ class _BackwardWeights(torch.autograd.Function):
     """diff_weights = ConvTransposeBackwardWeights(src, diff_dst), IOX."""
 
     @staticmethod
-    def forward(ctx: Any, src: Tensor, diff_dst: Tensor, geometry: _Geometry, shape: tuple[int, ...]) -> Tensor:
+    def forward(ctx: Any, src: Tensor, diff_dst: Tensor, geometry: Geometry, shape: tuple[int, ...]) -> Tensor:
         ctx.save_for_backward(src, diff_dst)
         ctx.geometry = geometry
-        return _run(ConvTransposeBackwardWeights, geometry, src, diff_dst, weights_shape=shape)
+        return run(ConvTransposeBackwardWeights, geometry, src, diff_dst, weights_shape=shape)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
@@ -220,7 +118,7 @@ class _Calls:
     (eager), or as the custom ops below (traced by torch.compile). Either is differentiable
     again, so gradients of any order run on the package."""
 
-    def __init__(self, geometry: _Geometry, traced: bool) -> None:
+    def __init__(self, geometry: Geometry, traced: bool) -> None:
         self.geometry = geometry
         self.traced = traced
 
@@ -284,8 +182,8 @@ def conv_transpose_op(src: Tensor, weight: Tensor, bias: Optional[Tensor], strid
     """``torch.ops.onednn_convt.conv_transpose``: :class:`~onednn_convt.ConvTranspose` on
     src (N, C_in, X...) NCX or channels_last, weight (C_in, C_out/groups, k...) and an
     optional bias (C_out,); the result (N, C_out, X'...) laid out as src."""
-    g = _Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose")
-    return _run(ConvTranspose, g, src, weight, bias)
+    g = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose")
+    return run(ConvTranspose, g, src, weight, bias)
 
 
 @torch.library.custom_op("onednn_convt::conv_transpose_backward_data", mutates_args=())
@@ -294,8 +192,8 @@ def backward_data_op(diff_dst: Tensor, weight: Tensor, stride: _Ints, padding: _
     """``torch.ops.onednn_convt.conv_transpose_backward_data``:
     :class:`~onednn_convt.ConvTransposeBackwardData`, the gradient of the input (N, C_in, X...)
     from diff_dst (N, C_out, X'...), laid out as diff_dst."""
-    g = _Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_data")
-    return _run(ConvTransposeBackwardData, g, diff_dst, weight)
+    g = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_data")
+    return run(ConvTransposeBackwardData, g, diff_dst, weight)
 
 
 @torch.library.custom_op("onednn_convt::conv_transpose_backward_weights", mutates_args=())
@@ -304,15 +202,15 @@ def backward_weights_op(src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stri
     """``torch.ops.onednn_convt.conv_transpose_backward_weights``:
     :class:`~onednn_convt.ConvTransposeBackwardWeights`, the weight gradient
     (C_in, C_out/groups, k...), contiguous."""
-    g = _Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_weights")
-    return _run(ConvTransposeBackwardWeights, g, src, diff_dst, weights_shape=tuple(weight_shape))
+    g = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_weights")
+    return run(ConvTransposeBackwardWeights, g, src, diff_dst, weights_shape=tuple(weight_shape))
 
 
 def _like(activation: Tensor, shape: Sequence[Any]) -> Tensor:
-    """An empty tensor of ``shape`` laid out as :func:`_run` lays out a result computed from
+    """An empty tensor of ``shape`` laid out as :func:`~onednn_convt.torch_run.run` lays out a result computed from
     ``activation``: channels_last when it is, else contiguous."""
-    if _channels_last(activation):
-        return _from_nxc(activation.new_empty((shape[0], *shape[2:], shape[1])))
+    if channels_last(activation):
+        return from_nxc(activation.new_empty((shape[0], *shape[2:], shape[1])))
     return activation.new_empty(tuple(shape))
 
 
@@ -342,7 +240,7 @@ def _setup(ctx: Any, first: Tensor, second: Tensor, geometry: Sequence[Any]) -> 
     (stride, padding, output_padding, groups, dilation)."""
     ctx.save_for_backward(first, second)
     stride, padding, output_padding, groups, dilation = geometry
-    ctx.geometry = _Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose")
+    ctx.geometry = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose")
 
 
 def _forward_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -383,48 +281,71 @@ def _conv_transpose(
     rank: int, fn: str, input: Tensor, weight: Tensor, bias: Optional[Tensor], stride: IntOrTuple,
     padding: IntOrTuple, output_padding: IntOrTuple, groups: int, dilation: IntOrTuple,
 ) -> Tensor:
-    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if t is None:
-            continue
-        if not isinstance(t, Tensor):
-            msg = f"{fn}: argument '{name}' expected a torch.Tensor, got {type(t).__name__}"
-            raise TypeError(msg)
-        if t.device.type != "cpu":
-            msg = f"{fn}: argument '{name}' is on device {t.device}; onednn_convt runs on the CPU only"
-            raise TypeError(msg)
-    input, weight, bias = _autocast(input, weight, bias)
-    tensors = {"input": input, "weight": weight, **({} if bias is None else {"bias": bias})}
-    for name, t in tensors.items():
-        if t.dtype not in _DTYPES:
-            msg = f"{fn}: argument '{name}' expected dtype torch.float32, torch.bfloat16 or torch.float16, got {t.dtype}"
-            raise TypeError(msg)
-    if len({t.dtype for t in tensors.values()}) > 1:
-        got = ", ".join(f"{n}={t.dtype}" for n, t in tensors.items())
-        msg = f"{fn}: input, weight and bias must have one dtype, got {got}"
-        raise TypeError(msg)
-    if torch.compiler.is_compiling():
+    if not (isinstance(input, Tensor) and input.is_cpu and input.layout == torch.strided
+            and isinstance(weight, Tensor) and weight.is_cpu and weight.layout == torch.strided
+            and (bias is None or isinstance(bias, Tensor) and bias.is_cpu and bias.layout == torch.strided)):
+        _tensor_error(fn, input, weight, bias)
+    if torch.is_autocast_enabled("cpu"):
+        input, weight, bias = _autocast(input, weight, bias)
+    dtype = input.dtype
+    if dtype not in _DTYPES or weight.dtype != dtype or (bias is not None and bias.dtype != dtype):
+        _dtype_error(fn, input, weight, bias)
+    compiling = torch.compiler.is_compiling()
+    if compiling:
         # traced by torch.compile: the registered custom op, which the graph keeps whole
-        geometry = _Geometry(rank, stride, padding, output_padding, groups, dilation, fn)
+        geometry = Geometry(rank, stride, padding, output_padding, groups, dilation, fn)
     else:
         try:
-            geometry = _geometry(rank, stride, padding, output_padding, groups, dilation, fn)
+            geometry = cached_geometry(rank, stride, padding, output_padding, groups, dilation, fn)
         except TypeError:  # a list argument: not hashable, so not cached
-            geometry = _Geometry(rank, stride, padding, output_padding, groups, dilation, fn)
-    if input.dim() == rank + 1:  # unbatched (C, X...), as torch allows
+            geometry = Geometry(rank, stride, padding, output_padding, groups, dilation, fn)
+    dims = input.dim()
+    if dims == rank + 1:  # unbatched (C, X...), as torch allows
         out = _conv_transpose(rank, fn, input.unsqueeze(0), weight, bias, stride, padding,
                               output_padding, groups, dilation)
         return out.squeeze(0)
-    if input.dim() != rank + 2:
+    if dims != rank + 2:
         msg = f"{fn}: argument 'input' expected {rank + 1}-D or {rank + 2}-D, got shape {tuple(input.shape)}"
         raise ValueError(msg)
     if input.numel() == 0:  # nothing to compute: torch gives the empty result's shape
         torch_fn = getattr(torch.nn.functional, fn)
         result: Tensor = torch_fn(input, weight, bias, stride, padding, output_padding, groups, dilation)
         return result
-    if torch.compiler.is_compiling():
+    if compiling:
         traced: Tensor = conv_transpose_op(input, weight, bias, *geometry.lists())
         return traced
-    return _apply(_Forward, input, weight, bias, geometry)
+    if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return _apply(_Forward, input, weight, bias, geometry)
+    return run(ConvTranspose, geometry, input, weight, bias)  # no gradient to record: no Function
+
+
+def _tensor_error(fn: str, input: Any, weight: Any, bias: Any) -> None:
+    """Raise the TypeError of an argument that is not a dense CPU tensor."""
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if t is None and name == "bias":
+            continue
+        if not isinstance(t, Tensor):
+            msg = f"{fn}: argument '{name}' expected a torch.Tensor, got {type(t).__name__}"
+            raise TypeError(msg)
+        if not t.is_cpu:
+            msg = f"{fn}: argument '{name}' is on device {t.device}; onednn_convt runs on the CPU only"
+            raise TypeError(msg)
+        if t.layout != torch.strided:
+            msg = f"{fn}: argument '{name}' expected a dense (torch.strided) tensor, got layout {t.layout}"
+            raise TypeError(msg)
+
+
+def _dtype_error(fn: str, input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> None:
+    """Raise the TypeError of tensors that are not of one dtype among float32, bfloat16 and float16."""
+    tensors = {"input": input, "weight": weight, **({} if bias is None else {"bias": bias})}
+    for name, t in tensors.items():
+        if t.dtype not in _DTYPES:
+            msg = f"{fn}: argument '{name}' expected dtype torch.float32, torch.bfloat16 or torch.float16, got {t.dtype}"
+            raise TypeError(msg)
+    got = ", ".join(f"{n}={t.dtype}" for n, t in tensors.items())
+    msg = f"{fn}: input, weight and bias must have one dtype, got {got}"
+    raise TypeError(msg)
 
 
 def conv_transpose1d(

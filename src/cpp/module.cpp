@@ -210,7 +210,7 @@ struct Executor {
             }
         }
         if (!emulated.empty()) {
-            run_emulated(ptrs, result);
+            run_emulated(ptrs, static_cast<uint16_t *>(result.mutable_data()));
             return result;
         }
         void *dst = result.mutable_data();
@@ -223,11 +223,43 @@ struct Executor {
         return result;
     }
 
-    // Converts the inputs (at ptrs) to f32, runs the f32 op and rounds into result.
-    void run_emulated(const std::vector<void *> &ptrs, py::array &result) const {
+    // The same run on raw addresses (integers) in the call's order, 0 for None, into a
+    // dense output the caller allocated at `out`. Nothing here can check what the memory
+    // holds: the caller vouches that each address starts memory laid out as compiled (the
+    // torch path keys its executors on the tensors' shapes, strides and dtypes). Alignment,
+    // the inputs that must be None and the output's density are checked (SignatureMismatch).
+    void run_pointers(const std::vector<uintptr_t> &inputs, uintptr_t out) const {
+        const auto &spec = compiled.op->spec();
+        if (inputs.size() != call_size || !dense_output || out == 0) throw SignatureMismatch();
+        for (size_t i : unused)
+            if (inputs[i] != 0) throw SignatureMismatch();
+        std::vector<void *> ptrs(order.size());
+        for (size_t i = 0; i < order.size(); ++i) {
+            const uintptr_t p = inputs[order[i]];
+            const size_t item = emulated.empty() ? itemsize_of(spec.inputs[i].dtype) : 2;
+            if (p == 0 || p % item != 0) throw SignatureMismatch();
+            ptrs[i] = reinterpret_cast<void *>(p);
+        }
+        const size_t out_item = emulated.empty() ? itemsize_of(spec.output.dtype) : 2;
+        if (out % out_item != 0) throw SignatureMismatch();
+        void *dst = reinterpret_cast<void *>(out);
+        size_t size = 1;
+        for (auto n : spec.output.shape) size *= static_cast<size_t>(n);
+        if (!emulated.empty()) {
+            run_emulated(ptrs, static_cast<uint16_t *>(dst));
+            return;
+        }
+        const bool finite = without_gil([&] {
+            compiled.op->execute(ptrs, dst);
+            return finite_code.empty() || all_finite_16(static_cast<const uint16_t *>(dst), size, finite_code);
+        });
+        if (!finite) throw SignatureMismatch();
+    }
+
+    // Converts the inputs (at ptrs) to f32, runs the f32 op and rounds into dst (dense).
+    void run_emulated(const std::vector<void *> &ptrs, uint16_t *dst) const {
         const LowType type = emulated == "f16" ? LowType::f16 : LowType::bf16;
         const auto &sizes = staged_sizes, &offsets = staged_offsets;
-        auto *dst = static_cast<uint16_t *>(result.mutable_data());
         without_gil([&] {
             Staging &staging = Staging::local();
             float *base = staging.get(staged_total);
@@ -351,7 +383,13 @@ PYBIND11_MODULE(_core, m) {
                  py::arg("finite_code") = "", py::arg("order") = std::vector<size_t>{},
                  py::arg("emulated") = "", py::arg("call_size") = 0)
             .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
-                 "Run on arrays matching the plan exactly, else raise SignatureMismatch.");
+                 "Run on arrays matching the plan exactly, else raise SignatureMismatch.")
+            .def("run_pointers", &Executor::run_pointers, py::arg("inputs"), py::arg("out"),
+                 "Run on raw addresses laid out as compiled (0: None) into a dense output at `out`;\n"
+                 "misaligned addresses, or an input given that the plan was made without, raise\n"
+                 "SignatureMismatch, as does a guarded result holding an Inf or NaN (after the run).")
+            .def_property_readonly("output_shape", [](const Executor &e) { return e.compiled.op->spec().output.shape; })
+            .def_property_readonly("dense_output", [](const Executor &e) { return e.dense_output; });
 
     m.def(
             "compile",

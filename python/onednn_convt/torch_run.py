@@ -1,0 +1,214 @@
+"""Running the three ops on CPU torch tensors, for :mod:`onednn_convt.torch`.
+
+A call's *signature* is the op class, its :class:`Geometry`, and for each tensor its shape,
+strides, dtype and negation bit. The first call of a signature takes the op's own path: the
+tensors as NumPy views of their memory (channels_last ones as NXC), the op's checks,
+planning and compile, and its messages. Where the plan it made has a C++ executor (the
+library op reads the arrays as given and writes a dense result: see ``ops._Plan``), the
+signature keeps that executor, and its next calls allocate the result with torch and run the
+executor on the tensors' addresses (``data_ptr()``): no NumPy views, no Python checks past
+the signature. A signature whose plan has no executor (a polyphase or finishing lowering)
+takes the op's path every time; so does a guarded bf16/f16 call whose result holds an Inf
+or NaN (the op redoes it in f32).
+
+Imported by :mod:`onednn_convt.torch` only: it imports torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from . import _core, interop, limits
+from .ops import ConvTransposeBackwardWeights
+
+IntOrTuple = Union[int, Sequence[int]]
+
+
+def _tuple(name: str, value: IntOrTuple, rank: int, fn: str) -> tuple[int, ...]:
+    values = (value,) * rank if isinstance(value, int) else tuple(value)
+    if len(values) != rank or not all(isinstance(v, int) for v in values):
+        msg = f"{fn}: argument '{name}' expected an int or {rank} ints, got {value!r}"
+        raise ValueError(msg)
+    return values
+
+
+class Geometry:
+    """The attributes of one call, as the ops take them; equal (and hashed) by value, so
+    that the op cache and the executors' signatures find it whoever built it."""
+
+    __slots__ = ("rank", "strides", "pads", "output_padding", "dilations", "groups", "_key", "_hash")
+
+    def __init__(self, rank: int, stride: IntOrTuple, padding: IntOrTuple, output_padding: IntOrTuple,
+                 groups: int, dilation: IntOrTuple, fn: str) -> None:
+        self.rank = rank
+        self.strides = _tuple("stride", stride, rank, fn)
+        self.pads = _tuple("padding", padding, rank, fn)
+        self.output_padding = _tuple("output_padding", output_padding, rank, fn)
+        self.dilations = _tuple("dilation", dilation, rank, fn)
+        self.groups = int(groups)
+        for o, s, d in zip(self.output_padding, self.strides, self.dilations):
+            if not (o < s or o < d):  # torch's own rule, stricter than the spec's
+                msg = (
+                    f"{fn}: argument 'output_padding' expected values smaller than either stride "
+                    f"or dilation (as torch requires), got output_padding={self.output_padding}, "
+                    f"stride={self.strides}, dilation={self.dilations}"
+                )
+                raise ValueError(msg)
+        self._key = (self.strides, self.pads, self.output_padding, self.dilations, self.groups)
+        self._hash = hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Geometry) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def lists(self) -> tuple[list[int], list[int], list[int], int, list[int]]:
+        """stride, padding, output_padding, groups, dilation: the custom ops' arguments."""
+        return (list(self.strides), list(self.pads), list(self.output_padding), self.groups,
+                list(self.dilations))
+
+    def attrs(self, data_format: str) -> dict[str, Any]:
+        """The op's attributes for activations in ``data_format`` and torch's weights (IOX)."""
+        return dict(strides=self.strides, pads_begin=self.pads, pads_end=self.pads,
+                    dilations=self.dilations, output_padding=self.output_padding,
+                    groups=self.groups, data_format=data_format, weights_format="IOX")
+
+
+#: :class:`Geometry` of hashable arguments, built once (a list argument raises TypeError)
+cached_geometry = functools.lru_cache(maxsize=256)(Geometry)
+
+
+@functools.lru_cache(maxsize=256)
+def _op(cls: Any, geometry: Geometry, data_format: str, extra: tuple[tuple[str, Any], ...]) -> Any:
+    """The op object for these attributes, shared by every call (it keeps the compiled plans).
+
+    Not :func:`functional._op`: that one normalizes any user's attributes (lists, the types
+    of values) on every call; these come from a Geometry, ints and tuples."""
+    return cls(**geometry.attrs(data_format), **dict(extra))
+
+
+def channels_last(t: Tensor) -> bool:
+    """Whether t, (N, C, X...), is laid out channels-last (dense (N, X..., C)) and not NCX."""
+    perm = (0, *range(2, t.dim()), 1)
+    return t.permute(perm).is_contiguous() and not t.is_contiguous()
+
+
+def _to_nxc(t: Tensor) -> Tensor:
+    return t.permute(0, *range(2, t.dim()), 1)
+
+
+def from_nxc(t: Tensor) -> Tensor:
+    """(N, X..., C) viewed as (N, C, X...)."""
+    return t.permute(0, t.dim() - 1, *range(1, t.dim() - 1))
+
+
+def memory_format(rank: int) -> torch.memory_format:
+    """torch's channels-last memory format for activations of ``rank`` spatial dims."""
+    return {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank, torch.contiguous_format)
+
+
+class _Fast:
+    """A signature's executor and how to lay out its result."""
+
+    __slots__ = ("executor", "shape", "strides", "dtype", "relayout", "relayout_strides")
+
+    def __init__(self, executor: Any, shape: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype,
+                 relayout: Optional[torch.memory_format], relayout_strides: tuple[int, ...]) -> None:
+        self.executor = executor
+        # the result as torch sees it: (N, C, X...) with channels-last strides for an NXC call,
+        # over the dense memory the executor writes
+        self.shape = shape
+        self.strides = strides
+        self.dtype = dtype
+        # BackwardWeights: the second activation brought to the first's layout, and the strides
+        # that gave (the executor was compiled for them)
+        self.relayout = relayout
+        self.relayout_strides = relayout_strides
+
+
+#: signature -> its executor; None where its plan has none (the op's path every time)
+_FAST: dict[Any, Optional[_Fast]] = {}
+_FAST_SLOTS = 256
+# a forked child's executors were compiled for the parent's OpenMP thread count (see _fork):
+# its calls take the op's path, which drops the op's plans made before the fork
+os.register_at_fork(after_in_child=_FAST.clear)
+
+
+def run(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: Optional[Tensor] = None,
+        weights_shape: Optional[tuple[int, ...]] = None) -> Tensor:
+    """One op, laid out as ``activation`` is: a channels_last one runs as NXC over its own
+    memory (N, X..., C), and an activation result comes back channels_last.
+
+    ``second``: the weights (IOX, torch's layout) for ConvTranspose (which takes ``bias``
+    too) and ConvTransposeBackwardData; for ConvTransposeBackwardWeights, diff_dst, brought
+    to ``activation``'s layout, and ``weights_shape`` the result's shape."""
+    key = (cls, geometry, weights_shape, activation.shape, activation.stride(), activation.dtype,
+           activation.is_neg(), second.shape, second.stride(), second.dtype, second.is_neg(),
+           None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.is_neg()))
+    fast = _FAST.get(key)
+    if fast is not None and not limits.debug_fill():
+        if fast.relayout is not None:
+            second = second.contiguous(memory_format=fast.relayout)
+        if fast.relayout is None or second.stride() == fast.relayout_strides:
+            out = torch.empty_strided(fast.shape, fast.strides, dtype=fast.dtype, device="cpu")
+            pointers = [activation.data_ptr(), second.data_ptr()]
+            if bias is not None:
+                pointers.append(bias.data_ptr())
+            try:
+                fast.executor.run_pointers(pointers, out.data_ptr())
+            except _core.SignatureMismatch:
+                pass  # misaligned memory, or a guarded result to redo: the op's path below
+            else:
+                return out
+    result, fast = _run_op(cls, geometry, activation, second, bias, weights_shape)
+    if key not in _FAST or fast is not None:
+        if len(_FAST) >= _FAST_SLOTS:
+            try:  # drop the oldest; another thread may be doing the same
+                del _FAST[next(iter(_FAST))]
+            except (KeyError, RuntimeError, StopIteration):
+                pass
+        _FAST[key] = fast
+    return result
+
+
+def _run_op(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: Optional[Tensor],
+            weights_shape: Optional[tuple[int, ...]]) -> tuple[Tensor, Optional[_Fast]]:
+    """The call through the op (NumPy views of the tensors), and the signature's executor."""
+    nxc = channels_last(activation)
+    relayout = None
+    weights_grad = cls is ConvTransposeBackwardWeights
+    if weights_grad and nxc != channels_last(second):  # both activations in one layout
+        relayout = memory_format(geometry.rank) if nxc else torch.contiguous_format
+        second = second.contiguous(memory_format=relayout)
+    args = [_to_nxc(activation) if nxc else activation, _to_nxc(second) if nxc and weights_grad else second, bias]
+    extra = () if weights_shape is None else (("weights_shape", weights_shape),)
+    op = _op(cls, geometry, "NXC" if nxc else "NCX", extra)
+    arrays = [None if t is None else interop.to_numpy(op.op_name, name, t.detach())
+              for name, t in zip(op.input_names, args)]
+    array = op(*arrays)
+    result: Tensor = interop.to_torch(array)
+    if nxc and not weights_grad:
+        result = from_nxc(result)
+    executor = op.executor_for(arrays)
+    fast = None
+    if executor is not None and executor.dense_output and array.flags.c_contiguous and \
+            tuple(executor.output_shape) == array.shape and all(_same_memory(t, a) for t, a in zip(args, arrays)):
+        strides = tuple(second.stride()) if relayout is not None else ()
+        fast = _Fast(executor, tuple(result.shape), tuple(result.stride()), result.dtype, relayout, strides)
+    return result, fast
+
+
+def _same_memory(t: Optional[Tensor], a: Any) -> bool:
+    """Whether the array the op took is ``t``'s memory as it is: the executor will be given
+    ``t.data_ptr()`` where the plan had the array (a negated view is materialized first)."""
+    if t is None or a is None:
+        return t is None and a is None
+    item = a.itemsize
+    return bool(a.ctypes.data == t.data_ptr() and a.strides == tuple(s * item for s in t.stride())
+                and not t.is_neg())

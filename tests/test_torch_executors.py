@@ -1,0 +1,216 @@
+"""onednn_convt.torch's per-signature executors (onednn_convt.torch_run): a signature's
+later calls run its C++ executor on the tensors' addresses, and still give torch's values
+(torch in float64 as the oracle) on fresh memory, misaligned memory, negated views, mixed
+layouts, non-finite bf16 inputs, several threads, debug fill and a forked child.
+
+Skipped when torch is not installed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import assert_close
+
+torch = pytest.importorskip("torch")
+oct = pytest.importorskip("onednn_convt.torch")
+from onednn_convt import limits, torch_run  # noqa: E402
+from test_torch_modules import CASES, CODES, Case  # noqa: E402
+
+F = torch.nn.functional
+
+
+class Spy:
+    """Counts the calls that took the op's path (the first of each signature)."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        self.calls = 0
+        original = torch_run._run_op
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(torch_run, "_run_op", counted)
+
+
+def step(case: Case, ours: Any, theirs: Any, seed: int, dtype: Any) -> None:
+    """Forward and backward of both modules on fresh tensors; ours checked against torch's."""
+    gen = torch.Generator().manual_seed(seed)
+    x = case.input(gen)
+    x64, xo = x.double().requires_grad_(), x.to(dtype).requires_grad_()
+    want, got = theirs(x64), ours(xo)
+    g = torch.randn(want.shape, generator=gen)
+    want.backward(g.double())
+    got.backward(g.to(dtype).contiguous(memory_format=torch.preserve_format))
+    code = CODES[dtype]
+    red_dst, red_src, red_w = case.reductions(want.shape)
+    assert_close(got.detach().float().numpy(), want.detach().numpy(), code, red_dst, "dst")
+    assert_close(xo.grad.float().numpy(), x64.grad.numpy(), code, red_src, "diff_src")
+    assert_close(ours.weight.grad.float().numpy(), theirs.weight.grad.numpy(), code, red_w, "diff_weights")
+    for m in (ours, theirs):
+        m.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+def test_later_calls_run_the_executor_on_fresh_memory(monkeypatch, dtype):
+    spy = Spy(monkeypatch)
+    fast = 0
+    for case in CASES:
+        theirs, ours = case.modules(dtype)
+        step(case, ours, theirs, 1, dtype)
+        first = spy.calls
+        assert first > 0, f"{case}: the first call took no op path"
+        for seed in (2, 3):  # new tensors (new memory, new values) of the same signatures
+            step(case, ours, theirs, seed, dtype)
+        fast += spy.calls == first
+    # each signature with an executor took the op's path once; most of these cases have one
+    assert fast >= len(CASES) // 2, f"only {fast} of {len(CASES)} cases ran their executors"
+
+
+def test_inference_calls_need_no_function(monkeypatch):
+    """Without gradients to record, a call runs the op directly (no autograd Function)."""
+    applied = []
+    original = oct._Forward.apply
+    monkeypatch.setattr(oct._Forward, "apply", lambda *a: applied.append(1) or original(*a))
+    m = oct.ConvTranspose2d(4, 3, 3, stride=2)
+    x = torch.randn(2, 4, 5, 5)
+    with torch.no_grad():
+        y = m(x)
+    assert not applied and y.grad_fn is None
+    want = F.conv_transpose2d(x.double(), m.weight.double(), m.bias.double(), 2)
+    assert_close(y.numpy(), want.detach().numpy(), "f32", 36)
+    m(x).sum().backward()
+    assert applied
+
+
+def _pair(seed: int, shape: tuple[int, ...] = (2, 4, 5, 5)) -> tuple[Any, Any]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen), torch.randn(4, 3, 3, 3, generator=gen)
+
+
+def _want(x: Any, w: Any) -> Any:
+    return F.conv_transpose2d(x.double(), w.double(), None, 2, 1).numpy()
+
+
+def test_misaligned_memory_of_a_known_signature():
+    x, w = _pair(0)
+    oct.conv_transpose2d(x, w, None, 2, 1)  # the signature's executor
+    raw = np.zeros(x.numel() * 4 + 2, np.uint8)
+    odd = torch.from_numpy(raw[2:].view(np.float32).reshape(x.shape))  # address 2 mod 4
+    odd.copy_(x)
+    assert odd.data_ptr() % 4 == 2 and odd.stride() == x.stride()
+    assert_close(oct.conv_transpose2d(odd, w, None, 2, 1).numpy(), _want(x, w), "f32", 36)
+
+
+def test_negated_view_is_read_as_its_values():
+    x, w = _pair(1)
+    oct.conv_transpose2d(x, w, None, 2, 1)
+    oct.conv_transpose2d(-x, w, None, 2, 1)
+    neg = torch._neg_view(x)
+    assert neg.is_neg() and neg.data_ptr() == x.data_ptr()
+    for _ in range(2):
+        assert_close(oct.conv_transpose2d(neg, w, None, 2, 1).numpy(), _want(-x, w), "f32", 36)
+
+
+def test_weight_gradient_of_mixed_layouts(monkeypatch):
+    """BackwardWeights with a channels_last input and an NCHW gradient: the gradient is
+    brought to the input's layout on every call, the executor's included."""
+    spy = Spy(monkeypatch)
+    m = oct.ConvTranspose2d(4, 3, 3, stride=2, padding=1, bias=False)
+    ref = torch.nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, bias=False).double()
+    ref.load_state_dict(m.state_dict())
+    for seed in range(3):
+        x, _ = _pair(seed)
+        x = x.to(memory_format=torch.channels_last)
+        y = m(x)
+        g = torch.randn(y.shape, generator=torch.Generator().manual_seed(10 + seed))  # NCHW
+        y.backward(g)
+        ref(x.double()).backward(g.double())
+        assert_close(m.weight.grad.numpy(), ref.weight.grad.numpy(), "f32", 2 * 100)
+        m.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        if seed == 0:
+            first = spy.calls
+    assert spy.calls == first, "later calls took the op's path"
+
+
+def test_non_finite_bf16_input_after_the_executor():
+    """A bf16 result holding an Inf or NaN is redone in f32 (ops._Plan._guarded), on the
+    executor's path too: each finite output equals the one computed from finite inputs."""
+    x, w = _pair(2, (1, 4, 6, 6))
+    x, w = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    clean = oct.conv_transpose2d(x, w, None, 2, 1)
+    oct.conv_transpose2d(x, w, None, 2, 1)
+    bad = x.clone()
+    bad[0, 0, 0, 0] = float("inf")
+    got = oct.conv_transpose2d(bad, w, None, 2, 1).float()
+    reached = ~torch.isfinite(got)
+    assert reached.any()
+    # outputs the Inf cannot reach (rows and columns past its 3x3 footprint) keep their values
+    far = got[..., 4:, 4:]
+    assert torch.isfinite(far).all()
+    torch.testing.assert_close(far, clean.float()[..., 4:, 4:], rtol=0.02, atol=0.02)
+
+
+def test_threads_share_an_executor():
+    w = _pair(0)[1]
+    oct.conv_transpose2d(_pair(0)[0], w, None, 2, 1)
+    errors: list[str] = []
+
+    def work(seed: int) -> None:
+        for i in range(40):
+            x = _pair(seed * 100 + i)[0]
+            got = oct.conv_transpose2d(x, w, None, 2, 1).numpy()
+            if not np.allclose(got, _want(x, w), atol=1e-4):
+                errors.append(f"thread {seed} call {i}")
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors
+
+
+def test_debug_fill_takes_the_op_path(monkeypatch):
+    x, w = _pair(3)
+    oct.conv_transpose2d(x, w, None, 2, 1)
+    spy = Spy(monkeypatch)
+    limits.set_debug_fill(True)
+    try:
+        got = oct.conv_transpose2d(x, w, None, 2, 1)
+    finally:
+        limits.set_debug_fill(False)
+    assert spy.calls == 1
+    assert_close(got.numpy(), _want(x, w), "f32", 36)
+
+
+def test_forked_child_after_executors():
+    """A child forked after the parent ran executors on two threads computes the same
+    values (on one thread: see onednn_convt._fork), and does not hang."""
+    script = textwrap.dedent("""
+        import os, sys, torch
+        import onednn_convt.torch as oct
+        torch.set_num_threads(2)
+        x, w = torch.randn(4, 8, 9, 9), torch.randn(8, 6, 4, 4)
+        want = torch.nn.functional.conv_transpose2d(x.double(), w.double(), None, 2, 1)
+        for _ in range(3):
+            oct.conv_transpose2d(x, w, None, 2, 1)
+        pid = os.fork()
+        if pid == 0:
+            ok = all(torch.allclose(oct.conv_transpose2d(x, w, None, 2, 1).double(), want, atol=1e-3)
+                     for _ in range(3))
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
