@@ -487,3 +487,47 @@ def test_native_loop_runs_every_phase_of_a_polyphase_plan(op: str, fmt: str, mon
     run, _ = peers.native_runner(case)
     assert run(3) >= 0.0
     assert calls == [3] * sum(p is not None for p in case.op.last_plan.plans) and len(calls) > 1
+
+
+@pytest.fixture(scope="module")
+def step_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The step suite (onednn_convt.torch against torch), a few milliseconds per row."""
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("step")
+    code, stdout, stderr = _bench_main(["bench", "--suite", "step", "--quick", "--budget", "0.01", "--out", str(out)])
+    doc = json.loads((out / "step.json").read_text())
+    return {"code": code, "out": out, "stdout": stdout, "stderr": stderr, "doc": doc}
+
+
+def test_step_suite_rows_checks_and_targets(step_run: dict) -> None:
+    from onednn_convt.bench import training_step
+
+    assert step_run["code"] == 0, step_run["stdout"] + step_run["stderr"]
+    doc = step_run["doc"]
+    steps = {(r["network"], r["dtype"], r["layout"]) for r in doc["results"]}
+    assert steps == {(n, d, lay) for n in ("dcgan", "small") for d in ("f32", "bf16") for lay in ("NCHW", "channels_last")}
+    for r in doc["results"]:  # gradients checked against the float64 network before timing
+        assert r["grad_err"] <= max(training_step.TOLERANCE[r["dtype"]], 2 * r["torch_grad_err"]), r
+        assert r["vs_torch"] == pytest.approx(r["torch_ms"] / r["ours_ms"])
+    assert {(r["dtype"], r["mode"]) for r in doc["calls"]} == {
+        (d, m) for d in ("f32", "bf16") for m in ("inference", "training")}
+    assert {(r["dtype"], r["side"]) for r in doc["weights"]} == {
+        (d, s) for d in ("f32", "bf16") for s in ("onednn_convt.torch", "torch")}
+    md = (step_run["out"] / "step.md").read_text()
+    assert md.count("\n| dcgan |") == 4 and md.count("\n| small |") == 4
+    lines = training_step.target_lines(doc["results"], doc["calls"])
+    assert len(lines) == 3 and all(line in md for line in lines)
+
+
+def test_step_targets_name_the_worst_row() -> None:
+    from onednn_convt.bench import training_step
+
+    def step(network: str, ratio: float, dtype: str = "f32") -> dict:
+        return {"network": network, "dtype": dtype, "layout": "NCHW", "vs_torch": ratio}
+
+    steps = [step("dcgan", 1.2), step("dcgan", 1.05, "bf16"), step("small", 1.0)]
+    calls = [{"dtype": "f32", "mode": "training", "vs_torch": 0.5}, {"dtype": "bf16", "mode": "inference", "vs_torch": 0.4}]
+    dcgan, small, call = training_step.target_lines(steps, calls)
+    assert "worst 1.05 (bf16 NCHW): MISSED" in dcgan
+    assert small.endswith(": met")
+    assert "worst 2.50 (bf16 inference): MISSED" in call
