@@ -2,7 +2,7 @@
 after the package has run, and before.
 
 GNU OpenMP cannot start its threads again in a child forked after the parent ran a parallel
-region: before ``onednn_convt._fork`` such a child hung forever on its first op. Now the
+region: before ``onednn_convt.native``'s fork hook such a child hung forever on its first op. Now the
 child runs on one OpenMP thread and computes the same results; spawn and forkserver start a
 fresh interpreter and keep every thread. Each scenario runs in its own interpreter (a script
 file, as spawn needs), so the parent's state is exactly the scenario's.

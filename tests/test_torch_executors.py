@@ -195,7 +195,7 @@ def test_debug_fill_takes_the_op_path(monkeypatch):
 
 def test_forked_child_after_executors():
     """A child forked after the parent ran executors on two threads computes the same
-    values (on one thread: see onednn_convt._fork), and does not hang."""
+    values (on one thread: see onednn_convt.native), and does not hang."""
     script = textwrap.dedent("""
         import os, sys, torch
         import onednn_convt.torch as oct

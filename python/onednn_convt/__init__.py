@@ -12,26 +12,8 @@ float64 oracle.
 
 from __future__ import annotations
 
-#: set before the submodules load: the autotuning cache's context names it, and with
-#: ONEDNN_CONVT_AUTOTUNE=1 the cache is read while this package is being imported
-__version__ = "0.1.0"
-
-from ._loader import preload as _preload
-
-LIBDNNL_PATH = _preload()
-
-try:
-    from . import _core
-except ImportError as e:  # pragma: no cover - depends on the install
-    e.add_note(
-        "onednn_convt's native module failed to load. Reinstall with 'pip install .' (it needs "
-        "onednn-cpu-gomp==2023.2.0 installed in the same environment) or set "
-        "ONEDNN_CONVT_LIBDNNL to your libdnnl.so.3."
-    )
-    raise
-
-from . import _fork  # noqa: F401 - registers the os.fork hook (OpenMP after fork)
 from . import guards, reference
+from ._version import __version__
 from .constant_weights import ConstantWeights
 from .errors import OneDNNError, UnsupportedError
 from .functional import (
@@ -42,6 +24,7 @@ from .functional import (
 from .info import cache_info, clear_cache, info, set_cache_capacity
 from .legacy import ConvTransposeBackpropFilters
 from .limits import debug_fill, memory_limit, set_debug_fill, set_memory_limit
+from .native import LIBDNNL_PATH
 from .lowering.autotune import enabled as autotune_enabled
 from .lowering.autotune import set_autotune
 from .lowering.tuning_cache import clear as clear_tuning_cache
@@ -60,6 +43,7 @@ __all__ = [
     "PostOp",
     "Quantize",
     "UnsupportedError",
+    "__version__",
     "autotune_enabled",
     "cache_info",
     "clear_cache",

@@ -84,10 +84,10 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def _version() -> str:
-    from . import __version__, _core
+    from . import native
+    from ._version import __version__
 
-    v = _core.version()
-    return f"onednn-convt {__version__} (oneDNN {v['major']}.{v['minor']}.{v['patch']})"
+    return f"onednn-convt {__version__} (oneDNN {native.onednn_version()})"
 
 
 def build_parser(load: Container[str | None] | None = None) -> argparse.ArgumentParser:

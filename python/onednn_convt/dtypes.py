@@ -10,7 +10,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import _core, schema  # _core: loaded by the package's __init__, after oneDNN is preloaded
+from . import native, schema
 
 #: oneDNN code -> NumPy dtype, for the float tensors of every op.
 FLOAT_DTYPES: dict[str, np.dtype[Any]] = {
@@ -64,7 +64,7 @@ def to_f32(a: np.ndarray) -> np.ndarray:
         flags = a.flags
         if not (flags.c_contiguous and flags.aligned):
             a = a.copy(order="C")  # a fresh array is aligned
-        if _core.convert(a, code, out, "f32"):
+        if native.convert(a, code, out, "f32"):
             return out
     return np.ascontiguousarray(a, dtype=np.float32)
 
@@ -74,7 +74,7 @@ def round_f32(result: np.ndarray, dtype: np.dtype[Any], out: np.ndarray | None =
     code = code_of(dtype)
     if code in ("bf16", "f16") and result.flags.c_contiguous:
         target = np.empty(result.shape, dtype) if out is None or not out.flags.c_contiguous else out
-        if _core.convert(result, "f32", target, code):
+        if native.convert(result, "f32", target, code):
             if out is not None and target is not out:
                 np.copyto(out, target)
             return out if out is not None else target
@@ -88,7 +88,7 @@ def all_finite(a: np.ndarray) -> bool:
     """Whether a float array holds no Inf and no NaN (fast for C-contiguous bf16 and f16)."""
     code = code_of(a.dtype)
     if code in ("bf16", "f16") and a.flags.c_contiguous and a.flags.aligned:
-        return bool(_core.all_finite(a, code))
+        return bool(native.all_finite(a, code))
     return bool(np.isfinite(a).all())
 
 

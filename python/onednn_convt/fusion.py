@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import numpy as np
 
 # ops imports this module: its names are used at call time only
-from . import _core, dtypes, guards, limits, ops, reference, schema, shapes
+from . import dtypes, guards, limits, native, ops, reference, schema, shapes
 from . import lowering as lowering_rules
 from .lowering import base as lowerings
 from .lowering import matmul_tiles
@@ -719,7 +719,7 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
     output = (list(shape), list(shapes.dense_strides(shape)), out_code)
     core_at = 2 if f.int8 else 0  # the core's node (after the two Dequantize nodes)
     stages = [core_at + 1] if core.staged else []
-    return _core.compile(f.chain(has_bias, core.kind), {}, descs, output, nodes=nodes, stages=stages)
+    return native.compile(f.chain(has_bias, core.kind), {}, descs, output, nodes=nodes, stages=stages)
 
 
 def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
@@ -734,11 +734,11 @@ def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
     call = list(arrays) if arrays[-1] is not None else list(arrays[:-1])  # as ops._Op._call passes them
     given = [i for i, a in enumerate(call) if a is not None]
     emulated = (dtypes.code_of(plan.out_dtype) or "") if plan.emulated else ""
-    if plan.emulated and not (_core.fast_conversion and emulated in ("bf16", "f16")
+    if plan.emulated and not (native.fast_conversion and emulated in ("bf16", "f16")
                               and all(call[i].flags.c_contiguous and call[i].flags.aligned for i in given)):
         return None
     if any(call[i] is not _positive(call[i]) for i in given):
         return None
     finite = dtypes.code_of(plan.out_dtype) if plan.finite_guard else None
-    return _core.Executor(plan.compiled, [call[i].dtype for i in given], plan.out_dtype, finite or "",
+    return native.Executor(plan.compiled, [call[i].dtype for i in given], plan.out_dtype, finite or "",
                           given, emulated, len(call))

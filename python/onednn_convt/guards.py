@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import _core
+from . import native
 
 #: dnnl_cpu_isa_t values (dnnl_types.h) -> names, lowest first.
 ISA_NAMES = {
@@ -40,7 +40,7 @@ BF16_NATIVE = frozenset({"avx512_core", "avx512_core_vnni", "avx512_core_bf16", 
 def dispatch_isa() -> str:
     """The ISA oneDNN dispatches to in this process (the CPU's, or the ``ONEDNN_MAX_CPU_ISA``
     cap), e.g. ``"avx512_core_amx"``."""
-    value = _core.cpu_isa()
+    value = native.cpu_isa()
     return ISA_NAMES.get(value, hex(value))
 
 

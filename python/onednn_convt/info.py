@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import numbers
 import os
@@ -10,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _core, dtypes, guards, omp
+from . import dtypes, guards, native, omp
 from .lowering import autotune, rules, tuning_cache
 from .errors import UnsupportedError
 
@@ -64,14 +63,15 @@ def info() -> dict[str, Any]:
     (:mod:`onednn_convt.guards`), which measured rules pick the lowerings
     (:func:`onednn_convt.lowering.rules.report`), whether autotuning is on and where its choices are
     kept (:mod:`onednn_convt.lowering.autotune`) and the compile cache counters."""
-    from . import LIBDNNL_PATH, __version__
+    from ._version import __version__
 
-    v = _core.version()
+    v = native.version()
+    path = native.LIBDNNL_PATH
     return {
         "onednn_convt_version": __version__,
-        "onednn_version": f"{v['major']}.{v['minor']}.{v['patch']}",
+        "onednn_version": native.onednn_version(),
         "onednn_commit": v["hash"],
-        "libdnnl": os.path.realpath(LIBDNNL_PATH) if os.path.sep in LIBDNNL_PATH else LIBDNNL_PATH,
+        "libdnnl": os.path.realpath(path) if os.path.sep in path else path,
         "cpu_runtime": _RUNTIMES.get(v["cpu_runtime"], str(v["cpu_runtime"])),
         "cpu_isa": guards.dispatch_isa(),
         "threads": omp_max_threads(),
@@ -85,7 +85,7 @@ def info() -> dict[str, Any]:
 
 def cache_info() -> dict[str, int]:
     """Compiled-partition cache counters: hits, misses, size, capacity."""
-    return dict(_core.cache_info())
+    return dict(native.cache_info())
 
 
 def set_cache_capacity(capacity: int) -> None:
@@ -102,47 +102,17 @@ def set_cache_capacity(capacity: int) -> None:
     if not 0 <= capacity <= 2**63 - 1:
         msg = f"set_cache_capacity: argument 'capacity' expected an int in [0, 2**63 - 1], got {capacity!r}"
         raise ValueError(msg)
-    _core.set_cache_capacity(capacity)
-    _library_caches([capacity])
-
-
-# oneDNN keeps its own caches behind ours. Its compiled-partition cache (Graph API) never
-# hits for us and would keep up to 1024 partitions we dropped alive, so the native module
-# turns it off when it loads (module.cpp). Its primitive cache (1024 entries by default)
-# follows our capacity, so it does not keep the JIT code of partitions our cache evicts
-# either (with both of oneDNN's caches at their defaults, 400 evicted partitions kept
-# ~70 MB).
-_LIBRARY_CACHES = ("dnnl_{}_primitive_cache_capacity",)
-
-
-def _library_caches(capacities: list[int] | None = None) -> list[int]:
-    """oneDNN's own cache capacities (its primitive cache), set to ``capacities``
-    if given; returns the values before. Empty if this libdnnl lacks the entry points."""
-    from . import LIBDNNL_PATH
-
-    old: list[int] = []
-    try:
-        lib = ctypes.CDLL(LIBDNNL_PATH)
-        for i, name in enumerate(_LIBRARY_CACHES):
-            value = ctypes.c_int()
-            getattr(lib, name.format("get"))(ctypes.byref(value))
-            old.append(value.value)
-            if capacities is not None:
-                getattr(lib, name.format("set"))(ctypes.c_int(min(capacities[i], 2**31 - 1)))
-    except (OSError, AttributeError):
-        return []
-    return old
+    native.set_cache_capacity(capacity)
+    native.library_caches([capacity])
 
 
 def clear_cache() -> None:
     """Drop every cached compiled partition (ours and oneDNN's own) and reset the counters,
     and free the f32 staging memory the calling thread keeps for emulated bf16/f16 calls
     (other threads free theirs when they end)."""
-    _core.clear_cache()
-    _core.clear_staging()
-    old = _library_caches([0])  # a capacity of 0 empties it; then the old capacity back
-    if old:
-        _library_caches(old)
+    native.clear_cache()
+    native.clear_staging()
+    native.clear_library_caches()
 
 
 def add_arguments(parser: Any) -> None:

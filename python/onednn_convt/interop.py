@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 import numpy as np
 
-from . import _core, dtypes
+from . import dtypes, native
 
 #: DLPack device type codes, for messages (1, the CPU, is the one the ops run on).
 _DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
@@ -154,7 +154,7 @@ def _from_dlpack(op_name: str, name: str, x: Any, writable: bool) -> np.ndarray:
         msg = f"{op_name}: argument '{name}' ({type(x).__name__}) cannot be exported through DLPack: {e}"
         raise TypeError(msg) from None
     try:
-        array, read_only, device, versioned = _core.dlpack_import(capsule, _dtype_for)
+        array, read_only, device, versioned = native.dlpack_import(capsule, _dtype_for)
     except TypeError as e:
         msg = f"{op_name}: argument '{name}' expected dtype {dtypes.expected_names()}, got {e}"
         raise TypeError(msg) from None
@@ -195,7 +195,7 @@ class _Exported:
     def __dlpack__(self, *, stream: Any = None, **_: Any) -> Any:
         key = dtypes.dlpack_type(self.array.dtype)
         assert key is not None  # results are f32, f16 or bf16
-        return _core.dlpack_export(self.array, *key)
+        return native.dlpack_export(self.array, *key)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (_CPU, 0)

@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _core, dtypes, fusion, interop, layouts, limits, lowering, omp, schema, shapes
+from . import dtypes, fusion, interop, layouts, limits, lowering, native, omp, schema, shapes
 from .lowering import autotune
 from .lowering.base import Lowering
 from .problem import Geometry, Problem
@@ -287,7 +287,6 @@ class _Op:
         state.update(_plans={}, last_plan=None, _fast=None)
         if "_plain_op" in state:
             state["_plain_op"] = None
-        state.pop("_pid", None)  # see _fork
         return state
 
     # -- the call -------------------------------------------------------------------------
@@ -297,6 +296,12 @@ class _Op:
         return sig, None if out is None else (out.shape, out.strides, out.dtype)
 
     def _call(self, inputs: tuple[Any, ...], out: Any) -> Any:
+        if self.__dict__.get("_generation") != native.fork_generation:
+            # new, unpickled, or in a forked child whose plans were compiled for the parent's
+            # OpenMP threads (see onednn_convt.native): those plans are dropped
+            self._plans = {}
+            self._fast = None
+            self._generation = native.fork_generation
         fast = self._fast
         # the lean path: C++ checks the arrays match the last plan (off in debug-fill mode).
         # Plain ndarrays only: torch, DLPack and ndarray subclasses take the checks below (C++
@@ -308,7 +313,7 @@ class _Op:
             else:
                 try:
                     return fast.run(inputs if inputs[-1] is not None else inputs[:-1], out)
-                except _core.SignatureMismatch:
+                except native.SignatureMismatch:
                     pass
         if interop.foreign(inputs, out):  # torch, DLPack, ndarray subclasses: NumPy views, then back
             arrays_in, out_array, wrap = interop.adapt(self.op_name, self.input_names, inputs, out)
@@ -469,7 +474,7 @@ class _Op:
                           stages=[1])
             attrs = {}
         with omp.one_thread() if lowering.single_thread else contextlib.nullcontext():
-            compiled = _core.compile(
+            compiled = native.compile(
                 kind, attrs, [_describe(a, code) for a in fixed], out_desc,
                 constant=[at] if constant_weights and at is not None else [], **staged,
             )
@@ -486,8 +491,8 @@ class _Op:
         if fast_ok and (not guard or out_desc[1] == shapes.dense_strides(shape)):
             # with a guard the executor checks the result for Inf/NaN too (a dense one only)
             # the executor takes the call's arrays, so it is told the library's order of them
-            plan.executor = _core.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
-        elif emulated and _core.fast_conversion and as_called and lowering.finish is None:
+            plan.executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
+        elif emulated and native.fast_conversion and as_called and lowering.finish is None:
             # C++ converts dense bf16/f16 arrays into per-thread f32 staging memory, runs the
             # f32 op and rounds back: no Python and no fresh f32 buffers per call. Arrays
             # with other strides, and the out= arrays this cannot match, take plan.run.
@@ -495,7 +500,7 @@ class _Op:
             if all(a.flags.c_contiguous and a.flags.aligned for a in call_arrays) and (
                 out is None or out.flags.c_contiguous
             ):
-                plan.executor = _core.Executor(
+                plan.executor = native.Executor(
                     compiled, [dtype] * len(args), dtype, "", list(lowering.inputs), dtypes.resolve(dtype)
                 )
         return plan

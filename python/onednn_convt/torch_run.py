@@ -17,13 +17,12 @@ Imported by :mod:`onednn_convt.torch` only: it imports torch.
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
-from . import _core, interop, limits
+from . import interop, limits, native
 from .ops import ConvTransposeBackwardWeights
 
 IntOrTuple = Union[int, Sequence[int]]
@@ -135,9 +134,9 @@ class _Fast:
 #: signature -> its executor; None where its plan has none (the op's path every time)
 _FAST: dict[Any, Optional[_Fast]] = {}
 _FAST_SLOTS = 256
-# a forked child's executors were compiled for the parent's OpenMP thread count (see _fork):
-# its calls take the op's path, which drops the op's plans made before the fork
-os.register_at_fork(after_in_child=_FAST.clear)
+#: the fork generation (onednn_convt.native) of the executors in _FAST: a forked child's
+#: were compiled for the parent's OpenMP threads, and its calls take the op's path again
+_generation = native.fork_generation
 
 
 def run(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: Optional[Tensor] = None,
@@ -151,6 +150,8 @@ def run(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: 
     key = (cls, geometry, weights_shape, activation.shape, activation.stride(), activation.dtype,
            activation.is_neg(), second.shape, second.stride(), second.dtype, second.is_neg(),
            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.is_neg()))
+    if _generation != native.fork_generation:
+        _forget()
     fast = _FAST.get(key)
     if fast is not None and not limits.debug_fill():
         if fast.relayout is not None:
@@ -162,7 +163,7 @@ def run(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: 
                 pointers.append(bias.data_ptr())
             try:
                 fast.executor.run_pointers(pointers, out.data_ptr())
-            except _core.SignatureMismatch:
+            except native.SignatureMismatch:
                 pass  # misaligned memory, or a guarded result to redo: the op's path below
             else:
                 return out
@@ -175,6 +176,12 @@ def run(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: 
                 pass
         _FAST[key] = fast
     return result
+
+
+def _forget() -> None:
+    global _generation
+    _FAST.clear()
+    _generation = native.fork_generation
 
 
 def _run_op(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: Optional[Tensor],

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import _core
+from .. import native
 from ..errors import OneDNNError
 
 
 def _matmul(size: int, code: str) -> tuple[Any, list[np.ndarray], np.ndarray]:
     dense = ((size, size), (size, 1), code)
-    compiled = _core.compile("MatMul", {}, [dense, dense], dense)
+    compiled = native.compile("MatMul", {}, [dense, dense], dense)
     dtype: np.dtype[Any] = np.dtype(np.float32 if code == "f32" else np.uint16)  # bit patterns suffice
     rng = np.random.default_rng(0)
     if code == "f32":

@@ -683,11 +683,10 @@ def graph_of_call(op: Any, *inputs: Any) -> Graph:
     out_shape = expected_output_shape(kind, attrs, [tuple(a.shape) for a in arrays])  # type: ignore[union-attr]
     _check_output_shape(kind, out_shape)
     output = LogicalTensor(len(tensors), code, list(out_shape), dense_strides(out_shape))
-    from .. import _core
+    from .. import native
 
-    v = _core.version()
     graph_op = GraphOp(0, f"{kind}_0", kind, library_attrs(kind, attrs, spatial), tensors, [output])
-    return Graph([graph_op], version=f"{v['major']}.{v['minor']}.{v['patch']}")
+    return Graph([graph_op], version=native.onednn_version())
 
 
 def _check_output_shape(kind: str, shape: Sequence[int]) -> None:
@@ -744,7 +743,7 @@ def _graph_of_fused_call(op: Any, inputs: Sequence[Any]) -> Graph:
     """The whole graph of a fused ConvTranspose call: the nodes the package compiles
     (:func:`onednn_convt.fusion.graph_nodes`), inputs first (src, weights, the bias if given,
     each binary post-op's tensor at dst's rank), then each node's output, in node order."""
-    from .. import _core, fusion
+    from .. import fusion, native
     from .cases import expected_output_shape
 
     f = op.fusion
@@ -821,8 +820,7 @@ def _graph_of_fused_call(op: Any, inputs: Sequence[Any]) -> Graph:
         )
         for k, (kind, attrs, refs, _) in enumerate(nodes)
     ]
-    v = _core.version()
-    return Graph(ops, version=f"{v['major']}.{v['minor']}.{v['patch']}")
+    return Graph(ops, version=native.onednn_version())
 
 
 def to_graph_json(op: Any, *inputs: Any, indent: Optional[int] = 2) -> str:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from .. import _core, dtypes
+from .. import dtypes, native
 from ..errors import OneDNNError
 from ..problem import BACKWARD_WEIGHTS, FORWARD, Problem
 from . import build, candidates, tuning_cache
@@ -237,7 +237,7 @@ def _runner(plan: Any, arrays: list[Any], out: np.ndarray) -> Any:
         try:
             fast.run(given, out)
             return lambda: fast.run(given, out)
-        except _core.SignatureMismatch:  # (checked before and after the run: the plan's way)
+        except native.SignatureMismatch:  # (checked before and after the run: the plan's way)
             pass
     return lambda: plan.run(arrays, out)
 

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import _core, dtypes, omp, shapes
+from .. import dtypes, native, omp, shapes
 
 #: arrays of fewer elements are copied by NumPy (the library call's fixed cost dominates)
 MIN_ELEMS = 1 << 16
@@ -61,7 +61,7 @@ def _coalesced(view: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]] | No
 def _reorder(sizes: tuple[int, ...], strides: tuple[int, ...], code: str, threads: int) -> Any:
     """The compiled Reorder from ``strides`` to dense, for this many threads (the library
     fixes its thread split when it compiles)."""
-    return _core.compile("Reorder", {}, [(sizes, strides, code)], (sizes, shapes.dense_strides(sizes), code))
+    return native.compile("Reorder", {}, [(sizes, strides, code)], (sizes, shapes.dense_strides(sizes), code))
 
 
 def _numpy_permuted(a: np.ndarray, shape: Sequence[int], axes: Sequence[int]) -> np.ndarray:

@@ -52,13 +52,12 @@ def path() -> Path:
 
 def context() -> str:
     """What the cached choices depend on besides the problem (see the module docstring)."""
-    from .. import __version__, _core, guards
-    from ..info import omp_max_threads
+    from .. import guards, native, omp
+    from .._version import __version__
 
-    v = _core.version()
     return (
-        f"oneDNN {v['major']}.{v['minor']}.{v['patch']} {v['hash']}; isa {guards.dispatch_isa()}; "
-        f"threads {omp_max_threads()}; onednn-convt {__version__}"
+        f"oneDNN {native.onednn_version()} {native.version()['hash']}; isa {guards.dispatch_isa()}; "
+        f"threads {omp.max_threads()}; onednn-convt {__version__}"
     )
 
 
