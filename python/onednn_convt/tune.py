@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import cpu, guards
+from . import arguments, cpu, guards
 from .bench import suites
-from .bench.cli import _list
 
 
 #: ``onednn-convt tune --layers-json``'s help: the file's format
@@ -60,12 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers-json", type=Path, metavar="FILE", help=LAYERS_JSON_HELP)
     parser.add_argument("--layers", type=lambda t: t.split(","), metavar="NAMES",
                         help="only these layers of the suite, comma-separated")
-    parser.add_argument("--ops", type=_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS),
+    parser.add_argument("--ops", type=arguments.comma_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS),
                         help="ops to tune, comma-separated: fwd, bwd_d, bwd_w (or the op class names); "
                              "default all")
-    parser.add_argument("--dtypes", type=_list(suites.DTYPES), default=list(suites.DTYPES),
+    parser.add_argument("--dtypes", type=arguments.comma_list(suites.DTYPES), default=list(suites.DTYPES),
                         help="dtypes to tune, comma-separated: f32, bf16, f16; default all")
-    parser.add_argument("--formats", type=_list(suites.FORMATS), default=list(suites.FORMATS),
+    parser.add_argument("--formats", type=arguments.comma_list(suites.FORMATS), default=list(suites.FORMATS),
                         help="data formats to tune, comma-separated: NCX (with IOX weights), NXC "
                              "(with XOI weights); default both")
     parser.add_argument("--skip-slow", action="store_true",

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import cpu, schema
+from .. import arguments, cpu
 from . import peers, report, runner, suites, timing
 from .peak import peak_for
 
@@ -47,50 +47,20 @@ examples:
   onednn-convt bench --suite fused           # fused ConvTranspose + post-ops vs unfused and torch"""
 
 
-def _list(choices: Sequence[str], aliases: Optional[dict[str, str]] = None) -> Any:
-    def parse(text: str) -> list[str]:
-        items = []
-        folded = {k.casefold(): v for k, v in (aliases or {}).items()}
-        for given in text.replace(" ", "").split(","):
-            item = schema.spelled(folded.get(given.casefold(), given), choices)
-            if item is None:
-                msg = f"expected a comma-separated list of {', '.join(choices)} (any case), got {given!r}"
-                raise argparse.ArgumentTypeError(msg)
-            if item not in items:
-                items.append(item)
-        return items
-
-    return parse
-
-
-def _positive(kind: Any) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or value <= 0:
-            msg = f"expected a positive {kind.__name__}, got {text!r}"
-            raise argparse.ArgumentTypeError(msg)
-        return value
-
-    return parse
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``onednn-convt bench``."""
     parser.description = DESCRIPTION
-    parser.add_argument("--suite", type=_list((*suites.SUITES, *ALONE)), default=["models"],
+    parser.add_argument("--suite", type=arguments.comma_list((*suites.SUITES, *ALONE)), default=["models"],
                         help="suites to run, comma-separated: models (default), tiny, sweep, broad "
                              "(broad-fit and broad-holdout: its halves); or alone: "
                              "step (a DCGAN generator's training step, onednn_convt.torch vs torch) or "
                              "fused (the models layers' ConvTranspose with bias and post-ops fused, "
                              "unfused and in torch; f32, bf16 and int8; NCX unless --formats)")
-    parser.add_argument("--ops", type=_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS),
+    parser.add_argument("--ops", type=arguments.comma_list(suites.OPS, suites.OP_ALIASES), default=list(suites.OPS),
                         help="fwd,bwd_d,bwd_w (or the op class names); default all")
-    parser.add_argument("--dtypes", type=_list(suites.DTYPES), default=None,
+    parser.add_argument("--dtypes", type=arguments.comma_list(suites.DTYPES), default=None,
                         help="f32,bf16,f16; default all (fused: f32,bf16)")
-    parser.add_argument("--formats", type=_list(suites.FORMATS), default=None,
+    parser.add_argument("--formats", type=arguments.comma_list(suites.FORMATS), default=None,
                         help="NCX,NXC (data_format; weights IOX with NCX, XOI with NXC); default both "
                              "(fused: NCX)")
     parser.add_argument("--layers", type=lambda s: [x for x in s.split(",") if x], default=None,
@@ -98,11 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "models suite's without istft unless named)")
     parser.add_argument("--skip-slow", action="store_true",
                         help="leave out layers marked slow (the inverse-STFT-like layer)")
-    parser.add_argument("--threads", type=_positive(int), default=None,
+    parser.add_argument("--threads", type=arguments.positive(int), default=None,
                         help="threads for oneDNN (OpenMP) and PyTorch alike; default: all CPUs")
-    parser.add_argument("--repeat", type=_positive(int), default=None,
+    parser.add_argument("--repeat", type=arguments.positive(int), default=None,
                         help="samples per measurement (default 11, 5 with --quick)")
-    parser.add_argument("--budget", type=_positive(float), default=None,
+    parser.add_argument("--budget", type=arguments.positive(float), default=None,
                         help="seconds per measurement, about (default 0.5, 0.05 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="few, short samples and a small peak measurement: a smoke run")
