@@ -215,16 +215,16 @@ def test_a_disagreeing_candidate_is_rejected(tuning, monkeypatch):
 def test_a_slow_compile_does_not_count_as_a_slow_run(tuning, monkeypatch):
     """The first-run screen (SLOW_FACTOR) compares runs, not compiles: a candidate that
     compiles slowly (0.3 s on the tuner's clock) is still timed, at its call's speed."""
-    from onednn_convt.ops import _Op
+    from onednn_convt import plan
 
-    real = _Op._plan_for
+    real = plan.plan_for
 
-    def slow_compile(self, low, *args):
+    def slow_compile(target, low, *args):
         if low.name == base.CONV_TRANSPOSE:
             autotune.clock.advance(0.3)
-        return real(self, low, *args)
+        return real(target, low, *args)
 
-    monkeypatch.setattr(_Op, "_plan_for", slow_compile)
+    monkeypatch.setattr(plan, "plan_for", slow_compile)
     x, w = arrays()
     op = oc.ConvTranspose(**ATTRS)
     op(x, w)
@@ -329,7 +329,7 @@ def test_candidates_are_timed_as_the_call_runs_them(op_name, dtype):
     problem = op._problem(call, dtype)
     executors = 0
     for name in candidates(problem):
-        plan = op._plan_for(autotune.build(problem, name), call, None, problem.dtype)
+        plan = op._target().plan(autotune.build(problem, name), call, None, problem.dtype)
         out = np.full(problem.out_shape, np.nan, dt)
         run = autotune._runner(plan, call, out)
         run()

@@ -7,7 +7,8 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, seeded_configs
-from onednn_convt import ops
+
+from onednn_convt import plan as plans
 from onednn_convt.lowering import weights as lowering_weights
 
 pytestmark = pytest.mark.usefixtures("hand_rules")  # asserts the hand-written rules' routes
@@ -175,5 +176,5 @@ def test_bf16_with_src_longer_than_the_kernel_stays_native():
     got = op(t["src"], t["diff_dst"])
     ref = cfg.ref_backward_weights(t["src"].astype(np.float64), t["diff_dst"].astype(np.float64))
     assert_close(got, ref, "bf16", cfg.bwd_weights_reduction, str(cfg))
-    native = ops.native_support(op.last_plan.lowering.kind, "bf16")
+    native = plans.native_support(op.last_plan.lowering.kind, "bf16")
     assert op.lowering.endswith("(f32 emulation)") == (not native)

@@ -22,7 +22,8 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from helpers import CASE_IDS, CASES, Config, assert_close, emulated_dtype
-from onednn_convt import ops
+
+from onednn_convt import plan as plans
 from test_emulated_fast_path import make, reduction
 from test_memory import MB, trimmed_rss
 from test_numerics import BWD_D, FWD, LONG, inputs_of, reference
@@ -276,7 +277,7 @@ def test_emulated_path_with_constant_weights_matches(monkeypatch):
     """Emulated bf16/f16 converts the bound weights each call; the library still reorders
     its f32 copy once. Results equal the plain op's. (bf16 is made emulated here.)"""
     for kind in ("ConvTranspose", "Convolution"):
-        monkeypatch.setitem(ops._NATIVE, (kind, "bf16"), False)
+        monkeypatch.setitem(plans._NATIVE, (kind, "bf16"), False)
     code = "f16" if emulated_dtype() == np.float16 else "bf16"
     cfg = CFGS["nxc-xoi"]
     arrays = inputs_of(FWD, cfg.tensors(np.random.default_rng(13), code), cfg)

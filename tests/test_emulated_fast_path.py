@@ -18,7 +18,8 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from helpers import Config, assert_close, emulated_dtype
-from onednn_convt import _core, ops
+from onednn_convt import _core
+from onednn_convt import plan as plans
 from test_numerics import BWD_D, BWD_W, FWD, OPS, inputs_of, reference
 from test_threads import run_threads
 
@@ -47,7 +48,7 @@ def code(request, monkeypatch) -> str:
         pytest.skip("f16 has a native kernel on this CPU")
     if request.param == "bf16":
         for kind in KINDS:
-            monkeypatch.setitem(ops._NATIVE, (kind, "bf16"), False)
+            monkeypatch.setitem(plans._NATIVE, (kind, "bf16"), False)
         # the guards keep native kernels away from problems; with none, none apply
         monkeypatch.setattr(oc.guards, "_enabled", False)
     return str(request.param)
@@ -68,13 +69,13 @@ def reduction(op: str, cfg: Config) -> int:
 def no_python_plan(monkeypatch) -> list[int]:
     """Make the Python plan path record its runs; returns the record."""
     runs: list[int] = []
-    real = ops._Plan.run
+    real = plans.Plan.run
 
     def run(self: Any, *a: Any) -> Any:
         runs.append(1)
         return real(self, *a)
 
-    monkeypatch.setattr(ops._Plan, "run", run)
+    monkeypatch.setattr(plans.Plan, "run", run)
     return runs
 
 

@@ -572,7 +572,7 @@ def test_fused_size_one_dims_with_odd_strides_reach_the_library_as_plain_calls_d
     """IC = OC = 1 and kernel 1 (depthwise, stride 1: the Convolution over flipped weights,
     whose flip leaves a negative stride on a size-1 dim), and size-1 dims with zero or
     negative strides in every input: the fused call presents them to oneDNN as the plain call
-    does (a bare AssertionError in ops._describe before)."""
+    does (a bare AssertionError in the plan's describe before)."""
     dt = DTYPES[code]
     x = np.ones((1, 2, 1), dt)
     w = np.ones((1, 1, 1), dt)

@@ -77,7 +77,7 @@ def test_every_candidate_matches_the_reference(cfg, op, code, threads):
         assert low.name == name or low.f32_only  # a guard's route may fall back to f32
         assert low.single_thread == (problem.flops <= rules.SINGLE_THREAD_FLOPS)
         low = replace(low, single_thread=threads == "one")
-        got = instance._plan_for(low, given, None, code).run(given, None)
+        got = instance._target().plan(low, given, None, code).run(given, None)
         assert got.dtype == arrays[0].dtype and got.shape == want.shape
         assert_close(got, want, code, reduction, f"{name}: {cfg}")
 

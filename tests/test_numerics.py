@@ -13,7 +13,8 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from helpers import CASE_IDS, CASES, DTYPES, OPS, Config, assert_close
-from onednn_convt import _core, ops
+from onednn_convt import _core
+from onednn_convt import plan as plans
 
 FWD, BWD_D, BWD_W = OPS
 #: A ConvTranspose lowered to MatMul + overlap-add (kernel >= 128), the other code path.
@@ -117,7 +118,7 @@ def test_non_finite_inputs_on_every_call_path(op, code):
     want = instance(*finite)
     plan = instance.last_plan
     # no C++ fast path: an emulated dtype, or a guard's lowering that prepares its inputs
-    assert instance._fast is not None or ops.native_support(plan.lowering.kind, code) is False or (
+    assert instance._fast is not None or plans.native_support(plan.lowering.kind, code) is False or (
         instance.guard is not None and (plan.lowering.prepare is not None or plan.emulated)
     )
     np.testing.assert_array_equal(instance(*finite), want)
@@ -254,7 +255,7 @@ def test_debug_fill_off_takes_the_fast_path(monkeypatch):
     op = oc.ConvTranspose(**SMALL.attrs())
     op(t["src"], t["weights"])
     runs = []
-    monkeypatch.setattr(ops._Plan, "run", lambda self, *a: runs.append(1))
+    monkeypatch.setattr(plans.Plan, "run", lambda self, *a: runs.append(1))
     for _ in range(10):
         op(t["src"], t["weights"])
     assert runs == []

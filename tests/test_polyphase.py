@@ -87,9 +87,9 @@ def test_polyphase_matches_the_reference(op: str, code: str):
         if not polyphase.applies(problem):
             continue
         low = lowering.build(problem, base.POLYPHASE)
-        got = instance._plan_for(low, arrays, None, code).run(arrays, None)
+        got = instance._target().plan(low, arrays, None, code).run(arrays, None)
         out = np.full(ref.shape, np.nan, got.dtype)
-        into = instance._plan_for(low, arrays, out, code).run(arrays, out)
+        into = instance._target().plan(low, arrays, out, code).run(arrays, out)
         assert into is out
         for result in (got, into):
             assert_close(result, ref, code, reduction, f"{op} {code} {instance}")

@@ -382,7 +382,7 @@ for (src, k, s, d, c), fmt in itertools.product((((3, 4, 3), (2, 3, 2), (1, 2, 2
                          (oc.ConvTransposeBackwardWeights(weights_shape=shapes[2], **attrs), [x, y, None])):
             p = op._problem(args, "f32" if dt is np.float32 else "bf16")
             for name in candidates(p):
-                plan = op._plan_for(build(p, name), args, None, p.dtype)
+                plan = op._target().plan(build(p, name), args, None, p.dtype)
                 want = plan.run(args, None)  # compiled and first run on this thread
                 got = []
                 t = threading.Thread(target=lambda: got.append(plan.run(args, None)))

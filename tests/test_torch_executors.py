@@ -142,7 +142,7 @@ def test_weight_gradient_of_mixed_layouts(monkeypatch):
 
 
 def test_non_finite_bf16_input_after_the_executor():
-    """A bf16 result holding an Inf or NaN is redone in f32 (ops._Plan._guarded), on the
+    """A bf16 result holding an Inf or NaN is redone in f32 (onednn_convt.plan.Plan._guarded), on the
     executor's path too: each finite output equals the one computed from finite inputs."""
     x, w = _pair(2, (1, 4, 6, 6))
     x, w = x.to(torch.bfloat16), w.to(torch.bfloat16)

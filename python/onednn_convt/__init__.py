@@ -13,7 +13,7 @@ float64 oracle.
 from __future__ import annotations
 
 from . import guards, reference
-from ._version import __version__
+from ._version import __version__ as __version__
 from .constant_weights import ConstantWeights
 from .errors import OneDNNError, UnsupportedError
 from .functional import (
@@ -43,7 +43,6 @@ __all__ = [
     "PostOp",
     "Quantize",
     "UnsupportedError",
-    "__version__",
     "autotune_enabled",
     "cache_info",
     "clear_cache",

@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike
 from . import dtypes, interop, limits
 
 if TYPE_CHECKING:
-    from .ops import _WeightsOp
+    from .ops import WeightsOp
 
 
 class ConstantWeights:
@@ -40,7 +40,7 @@ class ConstantWeights:
         weights: the bound weights, a read-only C-contiguous copy of those given.
     """
 
-    def __init__(self, op: _WeightsOp, weights: ArrayLike) -> None:
+    def __init__(self, op: WeightsOp, weights: ArrayLike) -> None:
         name = f"{op.op_name}.with_constant_weights"
         w = op._as_array("weights", weights)
         if dtypes.code_of(w.dtype) is None:

@@ -13,12 +13,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .interop import Array
-from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights, _Op
+from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights, Op
 
 
 @functools.lru_cache(maxsize=128)
-def _cached(cls: Any, items: tuple[tuple[str, Any], ...], types: Any) -> _Op:
-    op: _Op = cls(**dict(items))  # cls: an op class (mypy does not see type[_Op] as Hashable)
+def _cached(cls: Any, items: tuple[tuple[str, Any], ...], types: Any) -> Op:
+    op: Op = cls(**dict(items))  # cls: an op class (mypy does not see type[Op] as Hashable)
     return op
 
 

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import numpy as np
 
 # ops imports this module: its names are used at call time only
-from . import dtypes, guards, limits, native, ops, reference, schema, shapes
+from . import dtypes, guards, limits, native, reference, schema, shapes
+from .plan import describe, fixed_view
 from . import lowering as lowering_rules
 from .lowering import base as lowerings
 from .lowering import matmul_tiles
@@ -286,7 +287,7 @@ class FusedPlan:
         self.compiled.execute(args, result if self.library_shape is None else result.reshape(self.library_shape))
         if self.finite_guard and not dtypes.all_finite(result):
             # oneDNN 3.2's native bf16/f16 kernels spread a non-finite value to outputs it
-            # does not reach (ops._Plan._guarded): the same graph in f32
+            # does not reach (plan.Plan._guarded): the same graph in f32
             if self.fallback is None:
                 self.fallback = make_plan(self.op, arrays, None, force_f32=True)
             return self.fallback.run(arrays, out)
@@ -332,12 +333,12 @@ def is_whole(a: np.ndarray, out: np.ndarray) -> bool:
 
 
 def _positive(a: np.ndarray) -> np.ndarray:
-    """``a`` as the plain op presents it to oneDNN (:func:`onednn_convt.ops._fixed_view`):
+    """``a`` as the plain op presents it to oneDNN (:func:`onednn_convt.plan.fixed_view`):
     itself; a view with positive strides where only size-1 dims have zero or negative ones
     (``x[None]``, a flipped size-1 kernel dim, which ``np.ascontiguousarray`` keeps as they
     are); or an aligned C-contiguous copy (other non-positive strides, strides that do not
     nest, misaligned data)."""
-    fix = ops._fixed_view(a)
+    fix = fixed_view(a)
     return a if fix is None else fix(a)
 
 
@@ -710,7 +711,7 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
     src, w, bias, *_ = arrays
     has_bias = bias is not None
     args = library_inputs(arrays, has_bias, operand_shapes, emulated, core.prepare)
-    descs = [ops._describe(a, _code(a)) for a in args]
+    descs = [describe(a, _code(a)) for a in args]
     out_code = _code(np.empty(0, out_dtype)) if out_dtype.kind in "iu" else compute  # bf16's kind is "V"
     inter = "f32" if f.int8 else compute
     nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape,
@@ -731,7 +732,7 @@ def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
     operands = arrays[3:]
     if any(x.shape != s for x, s in zip(operands, plan.operand_shapes)):
         return None
-    call = list(arrays) if arrays[-1] is not None else list(arrays[:-1])  # as ops._Op._call passes them
+    call = list(arrays) if arrays[-1] is not None else list(arrays[:-1])  # as the op's call passes them
     given = [i for i, a in enumerate(call) if a is not None]
     emulated = (dtypes.code_of(plan.out_dtype) or "") if plan.emulated else ""
     if plan.emulated and not (native.fast_conversion and emulated in ("bf16", "f16")

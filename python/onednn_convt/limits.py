@@ -175,7 +175,7 @@ def nan_filled(shape: Sequence[int], dtype: Any) -> np.ndarray:
 
 # -- checks made when a call is planned ---------------------------------------------------------
 def _needs_copy(a: np.ndarray) -> bool:
-    """Whether the op copies ``a`` because oneDNN cannot describe its strides (ops._fixed_view)."""
+    """Whether the op copies ``a`` because oneDNN cannot describe its strides (plan.fixed_view)."""
     size = a.itemsize
     if not a.flags.aligned or any(s % size for s in a.strides):
         return True

@@ -12,202 +12,23 @@ Layouts: activations are NXC (default) or NCX by ``data_format``; weights are XO
 
 from __future__ import annotations
 
-import contextlib
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Sequence, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import dtypes, fusion, interop, layouts, limits, lowering, native, omp, schema, shapes
+from . import dtypes, fusion, interop, layouts, limits, lowering, native, schema, shapes
 from .lowering import autotune
 from .lowering.base import Lowering
+from .plan import PhasedPlan, Plan, Target, element_strides, non_overlapping
 from .problem import Geometry, Problem
 from .constant_weights import ConstantWeights
 from .interop import Array
-from .errors import UnsupportedError
 from .post_ops import Dequantize, PostOp, Quantize
 from .schema import IntList
 
-#: (library op kind, dtype code) -> whether the library compiles it natively here.
-_NATIVE: dict[tuple[str, str], bool] = {}
-
-@dataclass
-class _Plan:
-    """A compiled call for one input signature."""
-
-    compiled: Any
-    lowering: Lowering
-    dtype: np.dtype[Any]
-    emulated: bool
-    fixers: list[Optional[Callable[[np.ndarray], np.ndarray]]] = field(default_factory=list)
-    #: the C++ fast path for arrays that match this plan exactly (direct plans whose inputs
-    #: go to the library as given, and emulated plans of dense arrays: no prepare step)
-    executor: Any = None
-    #: native bf16/f16 plans: makes the f32-emulated plan that redoes a call whose result
-    #: holds an Inf or NaN (see _guarded)
-    make_fallback: Optional[Callable[[Sequence[Any]], _Plan]] = None
-    fallback: Optional[_Plan] = None
-    #: how autotuning chose the lowering (None: the rules chose it)
-    tuning: Optional[autotune.Tuning] = None
-
-    @property
-    def direct(self) -> bool:
-        """Whether the library writes the result itself (no emulation, no finishing step)."""
-        return not self.emulated and self.lowering.finish is None
-
-    def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
-        low = self.lowering
-        args = low.library_args(arrays, self.emulated)
-        if self.fixers:
-            args = [f(a) if f else a for f, a in zip(self.fixers, args)]
-        fill = limits._fill  # debug mode: outputs start as NaN, so unwritten elements show
-        if self.direct:
-            if out is None:
-                out = limits.nan_filled(low.out_shape, self.dtype) if fill else np.empty(low.out_shape, self.dtype)
-            elif fill:
-                out[...] = np.nan
-            target = _reshaped(out, low.library_shape) if low.library_shape else out
-            if target is not None:
-                self.compiled.execute(args, target)
-                return self._guarded(out, arrays, out)
-        compute = np.dtype(np.float32) if self.emulated else self.dtype
-        shape = low.library_out_shape
-        result = limits.nan_filled(shape, compute) if fill else np.empty(shape, compute)
-        if fill and out is not None:
-            out[...] = np.nan
-        self.compiled.execute(args, result)
-        if low.finish is not None:
-            result = low.finish(result, arrays)
-        else:
-            result = result.reshape(low.out_shape)
-        if result.dtype == self.dtype:  # a finish that only reshaped the library's result
-            if out is not None:
-                np.copyto(out, result)
-                result = out
-            return self._guarded(result, arrays, out)
-        return self._guarded(dtypes.round_f32(result, self.dtype, out), arrays, out)
-
-    def _guarded(self, result: np.ndarray, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
-        """``result``, or the call redone in f32 when a native bf16/f16 result holds an Inf or
-        a NaN: oneDNN 3.2's native low-precision kernels (AVX-512) compute padded channel
-        blocks and other groups together, so one non-finite input can turn outputs it does
-        not reach into NaN. The f32 kernels keep them apart (docs/deviations.md)."""
-        if self.make_fallback is None or dtypes.all_finite(result):
-            return result
-        if self.fallback is None:
-            self.fallback = self.make_fallback(arrays)
-        return self.fallback.run(arrays, out)
-
-
-@dataclass
-class _PhasedPlan:
-    """A compiled polyphase call (:mod:`onednn_convt.lowering.polyphase`): one plan per phase,
-    each compiled for its views of the call's arrays and of the result, run in turn."""
-
-    lowering: Lowering
-    dtype: np.dtype[Any]
-    plans: list[Optional[_Plan]]
-    #: a forward's bias axis in dst (the channel axis), where the phases that hold the bias alone
-    #: fill it; None: they hold zeros
-    bias_axis: Optional[int] = None
-    emulated: bool = False
-    executor: Any = None
-    tuning: Optional[autotune.Tuning] = None
-
-    def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
-        result = np.empty(self.lowering.out_shape, self.dtype) if out is None else out
-        for phase, plan in zip(self.lowering.phases, self.plans):
-            if phase.fill is not None:
-                view = result[phase.fill]
-                if self.bias_axis is not None and arrays[2] is not None:
-                    shape = [1] * result.ndim
-                    shape[self.bias_axis] = -1
-                    view[...] = np.reshape(arrays[2], shape)
-                else:
-                    view[...] = 0
-            if plan is None:
-                continue
-            args = [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
-            view = result[phase.out] if phase.out else result
-            if phase.accumulate:
-                np.add(result, plan.run(args, None), out=result)
-            elif _nested(view):
-                plan.run(args, view)
-            else:  # oneDNN refuses strides that do not nest (a weights phase): written here
-                np.copyto(view, plan.run(args, None))
-        return result
-
-
-def _nested(a: np.ndarray) -> bool:
-    """Whether oneDNN can write ``a`` as it is: aligned, positive strides that nest."""
-    strides = _element_strides(a)
-    return strides is not None and all(st > 0 for st in strides) and _non_overlapping(a)
-
-
-#: for the benchmark's native loop, which rebuilds a phased plan's outputs as it does
-writable_as_given = _nested
-
-
-def _reshaped(a: np.ndarray, shape: tuple[int, ...]) -> Optional[np.ndarray]:
-    """``a`` viewed with ``shape`` (same elements, C order), or None where ``a`` is not
-    C-contiguous (a reshape would copy)."""
-    return a.reshape(shape) if a.flags.c_contiguous else None
-
-
-def _element_strides(a: np.ndarray) -> Optional[tuple[int, ...]]:
-    """Strides of ``a`` in elements, or None where oneDNN cannot describe them."""
-    size = a.itemsize
-    if not a.flags.aligned or any(s % size for s in a.strides):
-        return None
-    strides = tuple(s // size for s in a.strides)
-    if any(s <= 0 and n > 1 for s, n in zip(strides, a.shape)):
-        return None
-    return strides
-
-
-def _aligned_copy(a: np.ndarray) -> np.ndarray:
-    """``a`` as an aligned C-contiguous array (``ascontiguousarray`` keeps misaligned data)."""
-    return np.require(a, requirements=("C", "A"))
-
-
-def _fixed_view(a: np.ndarray) -> Optional[Callable[[np.ndarray], np.ndarray]]:
-    """How to present ``a`` to oneDNN: None as it is, or a function giving a usable array.
-
-    Size-1 dimensions may have any stride in NumPy (0 after ``x[None]``); a view with a
-    positive stride there costs nothing. Negative or zero strides on longer dimensions,
-    strides that do not nest (each dimension's step at least the extent of the ones with
-    smaller steps: ``x[:, :, ::3, ::3]`` of an NCX array breaks it, and oneDNN refused such
-    a view with invalid_arguments) and misaligned data are copied (into an aligned
-    C-contiguous array): oneDNN cannot describe them.
-    """
-    strides = _element_strides(a)
-    if strides is None or not _non_overlapping(a):
-        return _aligned_copy
-    if all(s > 0 for s in strides):
-        return None
-    fixed = tuple(s if s > 0 else a.itemsize for s in a.strides)
-    return lambda x: np.lib.stride_tricks.as_strided(x, strides=fixed)
-
-
-def _describe(a: np.ndarray, code: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
-    strides = _element_strides(a)
-    assert strides is not None and all(s > 0 for s in strides)
-    return tuple(a.shape), strides, code
-
-
-def _non_overlapping(a: np.ndarray) -> bool:
-    dims = sorted((s, n) for s, n in zip(a.strides, a.shape) if n > 1)
-    extent = a.itemsize
-    for s, n in dims:
-        if s < extent:
-            return False
-        extent = s * n
-    return True
-
-
-class _Op:
+class Op:
     """Shared machinery of the three ops; subclasses give the spec of each."""
 
     op_name: ClassVar[str]
@@ -221,7 +42,7 @@ class _Op:
         self.attrs = schema.normalize(self.op_name, attrs)
         self.strict = schema.check_bool(self.op_name, "strict", strict)
         self._plans: dict[Any, Any] = {}
-        self.last_plan: Optional[Any] = None  # a _Plan, or a fusion.FusedPlan
+        self.last_plan: Optional[Any] = None  # a Plan, or a fusion.FusedPlan
         self._fast: Any = None  # the last plan's executor
 
     @property
@@ -236,7 +57,7 @@ class _Op:
             return None
         low = plan.lowering
         text = str(low.kind) + ("+BiasAdd: 2 partitions" if getattr(low, "bias_stage", False) else "")
-        if isinstance(plan, _PhasedPlan):
+        if isinstance(plan, PhasedPlan):
             kinds = sorted({p.lowering.kind for p in plan.plans if p is not None})
             text += f" ({len(low.phases)} phases, stride 1: {', '.join(kinds) or 'the bias alone'})"
         text += " (f32 emulation)" if plan.emulated else ""
@@ -291,7 +112,7 @@ class _Op:
 
     # -- the call -------------------------------------------------------------------------
     def _signature(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Any:
-        # alignment too: a misaligned array needs a plan that copies it (see _fixed_view)
+        # alignment too: a misaligned array needs a plan that copies it (see plan.fixed_view)
         sig = tuple(None if a is None else (a.shape, a.strides, a.dtype, a.flags.aligned) for a in arrays)
         return sig, None if out is None else (out.shape, out.strides, out.dtype)
 
@@ -306,7 +127,7 @@ class _Op:
         # the lean path: C++ checks the arrays match the last plan (off in debug-fill mode).
         # Plain ndarrays only: torch, DLPack and ndarray subclasses take the checks below (C++
         # would take a masked array's values and ignore its mask)
-        if fast is not None and not limits._fill and (out is None or type(out) is np.ndarray):
+        if fast is not None and not limits.debug_fill() and (out is None or type(out) is np.ndarray):
             for x in inputs:
                 if x is not None and type(x) is not np.ndarray:
                     break
@@ -374,16 +195,21 @@ class _Op:
         return a
 
     # -- planning -------------------------------------------------------------------------
-    def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> _Plan | _PhasedPlan:
+    def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Plan | PhasedPlan:
         code = self._check_dtypes(arrays)
         problem = self._problem(arrays, code)
-        tuned = autotune.choice(self, problem) if autotune.enabled() else None
+        tuned = autotune.choice(self._target(), problem) if autotune.enabled() else None
         chosen = lowering.build(
             problem, tuned.name if tuned is not None else lowering.rule(problem, native=self.strict)
         )
-        plan: _Plan | _PhasedPlan = self._plan_for(chosen, arrays, out, code)
+        plan: Plan | PhasedPlan = self._target().plan(chosen, arrays, out, code)
         plan.tuning = tuned
         return plan
+
+    def _target(self) -> Target:
+        """What planning needs of this op (:mod:`onednn_convt.plan`)."""
+        return Target(self.op_name, self.output_name, self.strict, self._constant_weights,
+                      self.attrs["data_format"] if self.op_name == "ConvTranspose" else None, self._check_out)
 
     def _lower(self, arrays: Sequence[Any]) -> Lowering:
         """The hand-written rules' lowering of a call (checked as a call is), the core of a
@@ -391,119 +217,6 @@ class _Op:
         kernel is fastest (the depthwise rule in :mod:`onednn_convt.lowering.rules`)."""
         problem = self._problem(arrays, dtypes.code_of(arrays[0].dtype) or "")
         return lowering.build(problem, lowering.rules.fallback(problem))
-
-    def _plan_for(self, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> Any:
-        """Compile ``lowering`` for these arrays: natively where the library can, else in f32
-        (a :class:`_Plan`, or for a polyphase lowering a :class:`_PhasedPlan` of them)."""
-        if lowering.phases:
-            return self._phased_plan(lowering, arrays, out, code)
-        for shape in (lowering.out_shape, lowering.library_shape):
-            if math.prod(shape) * 4 > np.iinfo(np.intp).max:  # f32, the widest computed dtype
-                msg = f"{self.op_name}: {self.output_name} would have shape {lowering.out_shape}, too large to address"
-                raise ValueError(msg)
-        dtype = dtypes.FLOAT_DTYPES[code]
-        if out is not None:
-            self._check_out(arrays, out, lowering.out_shape, dtype)
-        key = (lowering.kind, code)
-        native = _NATIVE.get(key) is not False and not (lowering.f32_only and code != "f32")
-        limits.check_plan(self.op_name, lowering, arrays, out, dtype, emulated=not native)
-        constant = self._constant_weights
-        if native:
-            try:
-                plan = self._compile(lowering, arrays, out, dtype, code, emulated=False, constant_weights=constant)
-            except UnsupportedError:
-                if code == "f32":
-                    raise
-                _NATIVE[key] = False
-            else:
-                _NATIVE[key] = True
-                return plan
-        if self.strict and not lowering.f32_only:
-            msg = (
-                f"{self.op_name}: oneDNN has no {code} kernel for this op on this CPU "
-                "(strict=True; with strict=False it is computed in f32 and rounded)"
-            )
-            raise UnsupportedError(msg, 3)
-        limits.check_memory(self.op_name, lowering, arrays, out, dtype, emulated=True)
-        return self._compile(lowering, arrays, out, dtype, "f32", emulated=True, constant_weights=constant)
-
-    def _phased_plan(self, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> _PhasedPlan:
-        """Each phase's plan, for its views of these arrays and of the result (as ``out``, or
-        as a fresh C-contiguous result is laid out)."""
-        dtype = dtypes.FLOAT_DTYPES[code]
-        if out is not None:
-            self._check_out(arrays, out, lowering.out_shape, dtype)
-        result = out if out is not None else np.empty(lowering.out_shape, dtype)
-        plans: list[Optional[_Plan]] = []
-        for phase in lowering.phases:
-            if phase.lowering is None:
-                plans.append(None)
-                continue
-            args = [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
-            view = result[phase.out] if phase.out else result
-            target = view if not phase.accumulate and _nested(view) else None
-            plans.append(self._plan_for(phase.lowering, args, target, code))
-        bias_axis = None
-        if self.op_name == "ConvTranspose":
-            bias_axis = 1 if self.attrs["data_format"] == "NCX" else len(lowering.out_shape) - 1
-        return _PhasedPlan(lowering, dtype, plans, bias_axis)
-
-    @staticmethod
-    def _compile(
-        lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray],
-        dtype: np.dtype[Any], code: str, emulated: bool, constant_weights: bool = False,
-    ) -> _Plan:
-        """Compile the library op for these arrays, described as they will be passed;
-        with ``constant_weights``, privately and with the weights input marked constant."""
-        args = lowering.library_args(arrays, emulated)
-        fixers = [_fixed_view(a) for a in args]
-        fixed = [f(a) if f else a for f, a in zip(fixers, args)]
-        direct = not emulated and lowering.finish is None
-        shape = lowering.library_out_shape
-        # out's own strides where the library writes it as given; a reshaped result, dense
-        # (plan.run writes it into out where out is C-contiguous, else copies it there)
-        as_given = direct and out is not None and not lowering.library_shape
-        out_desc = _describe(out, code) if as_given and out is not None else (shape, shapes.dense_strides(shape), code)
-        at = lowering.weights_arg
-        kind, attrs = lowering.kind, lowering.attrs
-        staged: dict[str, Any] = {}
-        if lowering.bias_stage:  # the op, then BiasAdd in dst: two partitions
-            kind = f"{lowering.kind}+BiasAdd"
-            bias_add = {"data_format": attrs["data_format"]}
-            staged = dict(nodes=[(lowering.kind, attrs, [0, 1], out_desc), ("BiasAdd", bias_add, [-1, 2], out_desc)],
-                          stages=[1])
-            attrs = {}
-        with omp.one_thread() if lowering.single_thread else contextlib.nullcontext():
-            compiled = native.compile(
-                kind, attrs, [_describe(a, code) for a in fixed], out_desc,
-                constant=[at] if constant_weights and at is not None else [], **staged,
-            )
-        plan = _Plan(compiled, lowering, dtype, emulated, fixers if any(fixers) else [])
-        guard = "" if emulated or code == "f32" else code
-        if guard:
-            def make_fallback(arrays: Sequence[Any]) -> _Plan:
-                return _Op._compile(lowering.exact or lowering, arrays, None, dtype, "f32", True, constant_weights)
-
-            plan.make_fallback = make_fallback
-        # the executor passes the call's arrays and out as given
-        as_called = lowering.prepare is None and not lowering.library_shape
-        fast_ok = plan.direct and not plan.fixers and as_called
-        if fast_ok and (not guard or out_desc[1] == shapes.dense_strides(shape)):
-            # with a guard the executor checks the result for Inf/NaN too (a dense one only)
-            # the executor takes the call's arrays, so it is told the library's order of them
-            plan.executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
-        elif emulated and native.fast_conversion and as_called and lowering.finish is None:
-            # C++ converts dense bf16/f16 arrays into per-thread f32 staging memory, runs the
-            # f32 op and rounds back: no Python and no fresh f32 buffers per call. Arrays
-            # with other strides, and the out= arrays this cannot match, take plan.run.
-            call_arrays = [arrays[i] for i in lowering.inputs]
-            if all(a.flags.c_contiguous and a.flags.aligned for a in call_arrays) and (
-                out is None or out.flags.c_contiguous
-            ):
-                plan.executor = native.Executor(
-                    compiled, [dtype] * len(args), dtype, "", list(lowering.inputs), dtypes.resolve(dtype)
-                )
-        return plan
 
     def _check_dtypes(self, arrays: Sequence[Any]) -> str:
         codes = {}
@@ -540,8 +253,8 @@ class _Op:
         if not out.flags.writeable:
             msg = f"{name} is read-only"
             raise ValueError(msg)
-        strides = _element_strides(out)
-        if strides is None or any(s <= 0 for s in strides) or not _non_overlapping(out):
+        strides = element_strides(out)
+        if strides is None or any(s <= 0 for s in strides) or not non_overlapping(out):
             msg = f"{name} expected positive, aligned, non-overlapping strides, got {out.strides} bytes"
             raise ValueError(msg)
         self._check_aliasing(arrays, out)
@@ -617,7 +330,7 @@ class _Op:
         raise NotImplementedError
 
 
-class _WeightsOp(_Op):
+class WeightsOp(Op):
     """The ops with a weights input (ConvTranspose, ConvTransposeBackwardData)."""
 
     def with_constant_weights(self, weights: ArrayLike) -> ConstantWeights:
@@ -642,7 +355,7 @@ _ATTR_DOC = """
 """
 
 
-class ConvTranspose(_WeightsOp):
+class ConvTranspose(WeightsOp):
     __doc__ = (
         """Transposed convolution: dst = ConvTranspose(src, weights) [+ bias].
 
@@ -753,7 +466,7 @@ class ConvTranspose(_WeightsOp):
         """This op without post-ops or quantization (a fused call's unfused fallback)."""
         if self._plain_op is None:
             plain = ConvTranspose.__new__(ConvTranspose)
-            _Op.__init__(plain, dict(self.attrs), self.strict)
+            Op.__init__(plain, dict(self.attrs), self.strict)
             plain.fusion, plain._plain_op = None, None
             self._plain_op = plain
         return self._plain_op
@@ -809,7 +522,7 @@ class ConvTranspose(_WeightsOp):
         )
 
 
-class ConvTransposeBackwardData(_WeightsOp):
+class ConvTransposeBackwardData(WeightsOp):
     __doc__ = (
         """Gradient of ConvTranspose with respect to src: diff_src from diff_dst and weights.
 
@@ -879,7 +592,7 @@ class ConvTransposeBackwardData(_WeightsOp):
         )
 
 
-class ConvTransposeBackwardWeights(_Op):
+class ConvTransposeBackwardWeights(Op):
     __doc__ = (
         """Gradient of ConvTranspose with respect to weights: diff_weights from src and diff_dst.
 
@@ -979,8 +692,3 @@ class ConvTransposeBackwardWeights(_Op):
             self.op_name, code, a["data_format"], a["weights_format"], a["groups"], n, ic, oc, xs, ys, kernel,
             geometry, (0,) * len(xs), False, (src.shape, dd.shape), tuple(wshape),
         )
-
-
-def native_support(kind: str, code: str) -> Optional[bool]:
-    """Whether the library op ``kind`` compiled natively in ``code`` so far (None: not tried)."""
-    return _NATIVE.get((kind, code))

@@ -4,7 +4,7 @@ A call's *signature* is the op class, its :class:`Geometry`, and for each tensor
 strides, dtype and negation bit. The first call of a signature takes the op's own path: the
 tensors as NumPy views of their memory (channels_last ones as NXC), the op's checks,
 planning and compile, and its messages. Where the plan it made has a C++ executor (the
-library op reads the arrays as given and writes a dense result: see ``ops._Plan``), the
+library op reads the arrays as given and writes a dense result: see ``plan.Plan``), the
 signature keeps that executor, and its next calls allocate the result with torch and run the
 executor on the tensors' addresses (``data_ptr()``): no NumPy views, no Python checks past
 the signature. A signature whose plan has no executor (a polyphase or finishing lowering)

@@ -23,7 +23,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .. import ops, reference
+from .. import reference
+from ..plan import writable_as_given
 from .suites import Case, Config
 from .timing import BatchRunner
 
@@ -53,7 +54,7 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
         if sub is None:
             continue
         view = result[phase.out] if phase.out else result
-        target = view if not phase.accumulate and ops.writable_as_given(view) else None
+        target = view if not phase.accumulate and writable_as_given(view) else None
         run, note = _plan_runner(sub, [arrays[i][v] if v else arrays[i] for i, v in phase.inputs], target)
         runners.append(run)
         notes.update(filter(None, note.split("; ")))

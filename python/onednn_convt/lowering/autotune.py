@@ -42,7 +42,7 @@ from ..problem import BACKWARD_WEIGHTS, FORWARD, Problem
 from . import build, candidates, tuning_cache
 
 if TYPE_CHECKING:
-    from ..ops import _Op
+    from ..plan import Target
 
 #: rounds of timing, alternating the candidates (fewer when they would exceed BUDGET_SECONDS)
 ROUNDS = 5
@@ -124,24 +124,24 @@ class Tuning:
     batch: int = 0
 
 
-def choice(op: _Op, problem: Problem) -> Optional[Tuning]:
-    """The tuned choice for ``problem`` run by ``op`` (None: one candidate, nothing to tune)."""
-    names = candidates(problem, native=op.strict)  # strict: no library op in f32 for speed
+def choice(target: Target, problem: Problem) -> Optional[Tuning]:
+    """The tuned choice for ``problem`` planned for ``target`` (None: one candidate, nothing to tune)."""
+    names = candidates(problem, native=target.strict)  # strict: no library op in f32 for speed
     if len(names) == 1:
         return None
-    key = problem.key() + (" constant-weights" if op._constant_weights else "")
+    key = problem.key() + (" constant-weights" if target.constant_weights else "")
     entry = tuning_cache.lookup(key, names)
     if entry is not None:
         return Tuning(entry["name"], names[0], dict(entry["times_us"]), dict(entry.get("rejected", {})), cached=True,
                       batch=int(entry.get("batch", problem.n)))
     start = clock()
-    tuning = replace(_measure(op, problem, names), seconds=clock() - start)
+    tuning = replace(_measure(target, problem, names), seconds=clock() - start)
     tuning_cache.store(key, {"name": tuning.name, "candidates": names, "times_us": tuning.times_us,
                              "rejected": tuning.rejected, "batch": tuning.batch})
     return tuning
 
 
-def _screened(op: _Op, problem: Problem, names: list[str]) -> tuple[list[str], dict[str, float], float]:
+def _screened(target: Target, problem: Problem, names: list[str]) -> tuple[list[str], dict[str, float], float]:
     """The candidates worth timing at full size, the others' estimated seconds, and the
     fastest candidate's batch-1 seconds (0: not screened): each runs twice on a batch of 1
     (every op's work grows linearly with the batch), and one whose second run took
@@ -156,7 +156,7 @@ def _screened(op: _Op, problem: Problem, names: list[str]) -> tuple[list[str], d
     seconds: dict[str, float] = {}
     for name in names:
         try:
-            plan = op._plan_for(build(small, name), arrays, None, small.dtype)
+            plan = target.plan(build(small, name), arrays, None, small.dtype)
             plan.run(arrays, None)  # a first run pays one-time costs (page faults, scratchpads)
             start = clock()
             plan.run(arrays, None)
@@ -179,15 +179,15 @@ def _with_batch(p: Problem, n: int) -> Problem:
     return replace(p, n=n, input_shapes=shapes, out_shape=out)
 
 
-def _measure(op: _Op, full: Problem, names: list[str]) -> Tuning:
+def _measure(target: Target, full: Problem, names: list[str]) -> Tuning:
     rule = names[0]
-    names, estimates, one = _screened(op, full, names)
+    names, estimates, one = _screened(target, full, names)
     batch = full.n
     if one * full.n > LONG_CALL_SECONDS:  # a long call: time a smaller batch
         batch = max(1, min(full.n, math.floor(LONG_CALL_SECONDS / one)))
     problem = _with_batch(full, batch)
     arrays = _inputs(problem)
-    if op._constant_weights:  # the private op of a ConstantWeights: its weights are read-only
+    if target.constant_weights:  # the private op of a ConstantWeights: its weights are read-only
         arrays[1].flags.writeable = False
     runs: dict[str, Any] = {}
     results: dict[str, np.ndarray] = {}
@@ -195,7 +195,7 @@ def _measure(op: _Op, full: Problem, names: list[str]) -> Tuning:
     once: dict[str, float] = {}  # seconds of each candidate's second run
     for name in names:
         try:
-            plan = op._plan_for(build(problem, name), arrays, None, problem.dtype)
+            plan = target.plan(build(problem, name), arrays, None, problem.dtype)
             results[name] = np.asarray(plan.run(arrays, None), np.float64)
         except (OneDNNError, MemoryError, ValueError) as e:  # refused here: not a candidate
             rejected[name] = f"{type(e).__name__}: {e}"

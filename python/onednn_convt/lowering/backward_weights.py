@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import dtypes, guards
+from ..plan import compile_lowering
 from ..problem import Problem
 from . import base, matmul_backward_weights, rules
 from .base import Lowering
@@ -54,10 +55,8 @@ def build(p: Problem, name: str) -> Lowering:
 
         def exact(arrays: Sequence[Any]) -> np.ndarray:
             """The call computed by the library's f32 kernel, in f32."""
-            from ..ops import _Op  # the compile step of every plan (a cycle at import)
-
             f32 = [dtypes.to_f32(x) for x in arrays[:2]]
-            plan = _Op._compile(library, f32, None, np.dtype(np.float32), "f32", emulated=False)
+            plan = compile_lowering(library, f32, None, np.dtype(np.float32), "f32", emulated=False)
             return plan.run(f32, None)
 
         parts = matmul_backward_weights.backward_weights(

@@ -20,7 +20,7 @@ stride-1 op gives a part of every diff_src element, so the phases are summed (th
 writes diff_src, each other one writes scratch memory added into it).
 
 :func:`phases` computes each dim's phases; :func:`build` the :class:`.base.Lowering` whose
-``phases`` the op compiles and runs in turn (:class:`onednn_convt.ops._PhasedPlan`).
+``phases`` the op compiles and runs in turn (:class:`onednn_convt.plan.PhasedPlan`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,357 @@
+"""Compiled plans: a lowering compiled for one call signature, and how it runs.
+
+A :class:`Plan` is one library op (or a staged chain of them) compiled for arrays laid out
+as the call gives them, with what runs around it (the lowering's preparation and finishing
+steps, f32 emulation of bf16/f16, the C++ executor of later calls); a :class:`PhasedPlan`
+runs a polyphase lowering's phases in turn. :func:`plan_for` makes either for a
+:class:`Target`, the op a plan serves. Also here: how arrays are presented to oneDNN
+(strides in elements; copies of what it cannot describe) and which (library op, dtype) pairs
+the library compiles natively on this CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from . import dtypes, limits, native, omp, shapes
+from .errors import UnsupportedError
+
+if TYPE_CHECKING:
+    from .lowering.autotune import Tuning
+    from .lowering.base import Lowering
+
+
+@dataclass(frozen=True)
+class Target:
+    """The op a plan is made for, as planning needs it.
+
+    Attributes:
+        op_name, output_name: for messages ("ConvTranspose", "dst").
+        strict: refuse to compute a bf16/f16 call in f32 (UnsupportedError instead).
+        constant_weights: compile with the weights input marked constant (a ConstantWeights' op).
+        bias_format: a ConvTranspose's data_format, where a polyphase plan puts the bias; None
+            for the other ops.
+        check_out: the op's check of an ``out=`` array (arrays, out, shape, dtype), which
+            raises ValueError/TypeError.
+    """
+
+    op_name: str
+    output_name: str
+    strict: bool
+    constant_weights: bool
+    bias_format: Optional[str]
+    check_out: Callable[[Sequence[Any], Any, tuple[int, ...], np.dtype[Any]], None]
+
+    def plan(self, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> Any:
+        """:func:`plan_for` this target."""
+        return plan_for(self, lowering, arrays, out, code)
+
+
+#: (library op kind, dtype code) -> whether the library compiles it natively here.
+_NATIVE: dict[tuple[str, str], bool] = {}
+
+
+@dataclass
+class Plan:
+    """A compiled call for one input signature."""
+
+    compiled: Any
+    lowering: Lowering
+    dtype: np.dtype[Any]
+    emulated: bool
+    fixers: list[Optional[Callable[[np.ndarray], np.ndarray]]] = field(default_factory=list)
+    #: the C++ fast path for arrays that match this plan exactly (direct plans whose inputs
+    #: go to the library as given, and emulated plans of dense arrays: no prepare step)
+    executor: Any = None
+    #: native bf16/f16 plans: makes the f32-emulated plan that redoes a call whose result
+    #: holds an Inf or NaN (see _guarded)
+    make_fallback: Optional[Callable[[Sequence[Any]], Plan]] = None
+    fallback: Optional[Plan] = None
+    #: how autotuning chose the lowering (None: the rules chose it)
+    tuning: Optional[Tuning] = None
+
+    @property
+    def direct(self) -> bool:
+        """Whether the library writes the result itself (no emulation, no finishing step)."""
+        return not self.emulated and self.lowering.finish is None
+
+    def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
+        low = self.lowering
+        args = low.library_args(arrays, self.emulated)
+        if self.fixers:
+            args = [f(a) if f else a for f, a in zip(self.fixers, args)]
+        fill = limits.debug_fill()  # debug mode: outputs start as NaN, so unwritten elements show
+        if self.direct:
+            if out is None:
+                out = limits.nan_filled(low.out_shape, self.dtype) if fill else np.empty(low.out_shape, self.dtype)
+            elif fill:
+                out[...] = np.nan
+            target = _reshaped(out, low.library_shape) if low.library_shape else out
+            if target is not None:
+                self.compiled.execute(args, target)
+                return self._guarded(out, arrays, out)
+        compute = np.dtype(np.float32) if self.emulated else self.dtype
+        shape = low.library_out_shape
+        result = limits.nan_filled(shape, compute) if fill else np.empty(shape, compute)
+        if fill and out is not None:
+            out[...] = np.nan
+        self.compiled.execute(args, result)
+        if low.finish is not None:
+            result = low.finish(result, arrays)
+        else:
+            result = result.reshape(low.out_shape)
+        if result.dtype == self.dtype:  # a finish that only reshaped the library's result
+            if out is not None:
+                np.copyto(out, result)
+                result = out
+            return self._guarded(result, arrays, out)
+        return self._guarded(dtypes.round_f32(result, self.dtype, out), arrays, out)
+
+    def _guarded(self, result: np.ndarray, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
+        """``result``, or the call redone in f32 when a native bf16/f16 result holds an Inf or
+        a NaN: oneDNN 3.2's native low-precision kernels (AVX-512) compute padded channel
+        blocks and other groups together, so one non-finite input can turn outputs it does
+        not reach into NaN. The f32 kernels keep them apart (docs/deviations.md)."""
+        if self.make_fallback is None or dtypes.all_finite(result):
+            return result
+        if self.fallback is None:
+            self.fallback = self.make_fallback(arrays)
+        return self.fallback.run(arrays, out)
+
+
+@dataclass
+class PhasedPlan:
+    """A compiled polyphase call (:mod:`onednn_convt.lowering.polyphase`): one plan per phase,
+    each compiled for its views of the call's arrays and of the result, run in turn."""
+
+    lowering: Lowering
+    dtype: np.dtype[Any]
+    plans: list[Optional[Plan]]
+    #: a forward's bias axis in dst (the channel axis), where the phases that hold the bias alone
+    #: fill it; None: they hold zeros
+    bias_axis: Optional[int] = None
+    emulated: bool = False
+    executor: Any = None
+    tuning: Optional[Tuning] = None
+
+    def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
+        result = np.empty(self.lowering.out_shape, self.dtype) if out is None else out
+        for phase, plan in zip(self.lowering.phases, self.plans):
+            if phase.fill is not None:
+                view = result[phase.fill]
+                if self.bias_axis is not None and arrays[2] is not None:
+                    shape = [1] * result.ndim
+                    shape[self.bias_axis] = -1
+                    view[...] = np.reshape(arrays[2], shape)
+                else:
+                    view[...] = 0
+            if plan is None:
+                continue
+            args = [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
+            view = result[phase.out] if phase.out else result
+            if phase.accumulate:
+                np.add(result, plan.run(args, None), out=result)
+            elif nested(view):
+                plan.run(args, view)
+            else:  # oneDNN refuses strides that do not nest (a weights phase): written here
+                np.copyto(view, plan.run(args, None))
+        return result
+
+
+def nested(a: np.ndarray) -> bool:
+    """Whether oneDNN can write ``a`` as it is: aligned, positive strides that nest."""
+    strides = element_strides(a)
+    return strides is not None and all(st > 0 for st in strides) and non_overlapping(a)
+
+
+#: for the benchmark's native loop, which rebuilds a phased plan's outputs as it does
+writable_as_given = nested
+
+
+def _reshaped(a: np.ndarray, shape: tuple[int, ...]) -> Optional[np.ndarray]:
+    """``a`` viewed with ``shape`` (same elements, C order), or None where ``a`` is not
+    C-contiguous (a reshape would copy)."""
+    return a.reshape(shape) if a.flags.c_contiguous else None
+
+
+def element_strides(a: np.ndarray) -> Optional[tuple[int, ...]]:
+    """Strides of ``a`` in elements, or None where oneDNN cannot describe them."""
+    size = a.itemsize
+    if not a.flags.aligned or any(s % size for s in a.strides):
+        return None
+    strides = tuple(s // size for s in a.strides)
+    if any(s <= 0 and n > 1 for s, n in zip(strides, a.shape)):
+        return None
+    return strides
+
+
+def _aligned_copy(a: np.ndarray) -> np.ndarray:
+    """``a`` as an aligned C-contiguous array (``ascontiguousarray`` keeps misaligned data)."""
+    return np.require(a, requirements=("C", "A"))
+
+
+def fixed_view(a: np.ndarray) -> Optional[Callable[[np.ndarray], np.ndarray]]:
+    """How to present ``a`` to oneDNN: None as it is, or a function giving a usable array.
+
+    Size-1 dimensions may have any stride in NumPy (0 after ``x[None]``); a view with a
+    positive stride there costs nothing. Negative or zero strides on longer dimensions,
+    strides that do not nest (each dimension's step at least the extent of the ones with
+    smaller steps: ``x[:, :, ::3, ::3]`` of an NCX array breaks it, and oneDNN refused such
+    a view with invalid_arguments) and misaligned data are copied (into an aligned
+    C-contiguous array): oneDNN cannot describe them.
+    """
+    strides = element_strides(a)
+    if strides is None or not non_overlapping(a):
+        return _aligned_copy
+    if all(s > 0 for s in strides):
+        return None
+    fixed = tuple(s if s > 0 else a.itemsize for s in a.strides)
+    return lambda x: np.lib.stride_tricks.as_strided(x, strides=fixed)
+
+
+def describe(a: np.ndarray, code: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+    strides = element_strides(a)
+    assert strides is not None and all(s > 0 for s in strides)
+    return tuple(a.shape), strides, code
+
+
+def non_overlapping(a: np.ndarray) -> bool:
+    dims = sorted((s, n) for s, n in zip(a.strides, a.shape) if n > 1)
+    extent = a.itemsize
+    for s, n in dims:
+        if s < extent:
+            return False
+        extent = s * n
+    return True
+
+
+
+def plan_for(target: Target, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> Any:
+    """Compile ``lowering`` for these arrays (and ``out``, or a fresh result) of dtype
+    ``code``: natively where the library can, else in f32 (a :class:`Plan`, or for a
+    polyphase lowering a :class:`PhasedPlan` of them).
+
+    Raises:
+        ValueError, TypeError: ``out`` does not fit, or the result is too large to address.
+        UnsupportedError: no native kernel for a ``strict`` target; the library's refusal of
+            an f32 op.
+        MemoryError: the call would pass the memory limit (:mod:`onednn_convt.limits`).
+    """
+    if lowering.phases:
+        return _phased_plan(target, lowering, arrays, out, code)
+    for shape in (lowering.out_shape, lowering.library_shape):
+        if math.prod(shape) * 4 > np.iinfo(np.intp).max:  # f32, the widest computed dtype
+            msg = f"{target.op_name}: {target.output_name} would have shape {lowering.out_shape}, too large to address"
+            raise ValueError(msg)
+    dtype = dtypes.FLOAT_DTYPES[code]
+    if out is not None:
+        target.check_out(arrays, out, lowering.out_shape, dtype)
+    key = (lowering.kind, code)
+    natively = _NATIVE.get(key) is not False and not (lowering.f32_only and code != "f32")
+    limits.check_plan(target.op_name, lowering, arrays, out, dtype, emulated=not natively)
+    constant = target.constant_weights
+    if natively:
+        try:
+            plan = compile_lowering(lowering, arrays, out, dtype, code, emulated=False, constant_weights=constant)
+        except UnsupportedError:
+            if code == "f32":
+                raise
+            _NATIVE[key] = False
+        else:
+            _NATIVE[key] = True
+            return plan
+    if target.strict and not lowering.f32_only:
+        msg = (
+            f"{target.op_name}: oneDNN has no {code} kernel for this op on this CPU "
+            "(strict=True; with strict=False it is computed in f32 and rounded)"
+        )
+        raise UnsupportedError(msg, 3)
+    limits.check_memory(target.op_name, lowering, arrays, out, dtype, emulated=True)
+    return compile_lowering(lowering, arrays, out, dtype, "f32", emulated=True, constant_weights=constant)
+
+def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> PhasedPlan:
+    """Each phase's plan, for its views of these arrays and of the result (as ``out``, or
+    as a fresh C-contiguous result is laid out)."""
+    dtype = dtypes.FLOAT_DTYPES[code]
+    if out is not None:
+        target.check_out(arrays, out, lowering.out_shape, dtype)
+    result = out if out is not None else np.empty(lowering.out_shape, dtype)
+    plans: list[Optional[Plan]] = []
+    for phase in lowering.phases:
+        if phase.lowering is None:
+            plans.append(None)
+            continue
+        args = [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
+        view = result[phase.out] if phase.out else result
+        written = view if not phase.accumulate and nested(view) else None
+        plans.append(plan_for(target, phase.lowering, args, written, code))
+    bias_axis = None
+    if target.bias_format is not None:
+        bias_axis = 1 if target.bias_format == "NCX" else len(lowering.out_shape) - 1
+    return PhasedPlan(lowering, dtype, plans, bias_axis)
+
+def compile_lowering(
+    lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray],
+    dtype: np.dtype[Any], code: str, emulated: bool, constant_weights: bool = False,
+) -> Plan:
+    """Compile the library op for these arrays, described as they will be passed;
+    with ``constant_weights``, privately and with the weights input marked constant."""
+    args = lowering.library_args(arrays, emulated)
+    fixers = [fixed_view(a) for a in args]
+    fixed = [f(a) if f else a for f, a in zip(fixers, args)]
+    direct = not emulated and lowering.finish is None
+    shape = lowering.library_out_shape
+    # out's own strides where the library writes it as given; a reshaped result, dense
+    # (plan.run writes it into out where out is C-contiguous, else copies it there)
+    as_given = direct and out is not None and not lowering.library_shape
+    out_desc = describe(out, code) if as_given and out is not None else (shape, shapes.dense_strides(shape), code)
+    at = lowering.weights_arg
+    kind, attrs = lowering.kind, lowering.attrs
+    staged: dict[str, Any] = {}
+    if lowering.bias_stage:  # the op, then BiasAdd in dst: two partitions
+        kind = f"{lowering.kind}+BiasAdd"
+        bias_add = {"data_format": attrs["data_format"]}
+        staged = dict(nodes=[(lowering.kind, attrs, [0, 1], out_desc), ("BiasAdd", bias_add, [-1, 2], out_desc)],
+                      stages=[1])
+        attrs = {}
+    with omp.one_thread() if lowering.single_thread else contextlib.nullcontext():
+        compiled = native.compile(
+            kind, attrs, [describe(a, code) for a in fixed], out_desc,
+            constant=[at] if constant_weights and at is not None else [], **staged,
+        )
+    plan = Plan(compiled, lowering, dtype, emulated, fixers if any(fixers) else [])
+    guard = "" if emulated or code == "f32" else code
+    if guard:
+        def make_fallback(arrays: Sequence[Any]) -> Plan:
+            return compile_lowering(lowering.exact or lowering, arrays, None, dtype, "f32", True, constant_weights)
+
+        plan.make_fallback = make_fallback
+    # the executor passes the call's arrays and out as given
+    as_called = lowering.prepare is None and not lowering.library_shape
+    fast_ok = plan.direct and not plan.fixers and as_called
+    if fast_ok and (not guard or out_desc[1] == shapes.dense_strides(shape)):
+        # with a guard the executor checks the result for Inf/NaN too (a dense one only)
+        # the executor takes the call's arrays, so it is told the library's order of them
+        plan.executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
+    elif emulated and native.fast_conversion and as_called and lowering.finish is None:
+        # C++ converts dense bf16/f16 arrays into per-thread f32 staging memory, runs the
+        # f32 op and rounds back: no Python and no fresh f32 buffers per call. Arrays
+        # with other strides, and the out= arrays this cannot match, take plan.run.
+        call_arrays = [arrays[i] for i in lowering.inputs]
+        if all(a.flags.c_contiguous and a.flags.aligned for a in call_arrays) and (
+            out is None or out.flags.c_contiguous
+        ):
+            plan.executor = native.Executor(
+                compiled, [dtype] * len(args), dtype, "", list(lowering.inputs), dtypes.resolve(dtype)
+            )
+    return plan
+
+
+def native_support(kind: str, code: str) -> Optional[bool]:
+    """Whether the library op ``kind`` compiled natively in ``code`` so far (None: not tried)."""
+    return _NATIVE.get((kind, code))
