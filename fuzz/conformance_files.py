@@ -43,6 +43,7 @@ from onednn_convt.conformance import cases as cases_module
 from onednn_convt.conformance import graph_json, report
 from onednn_convt.conformance.cases import ERROR, INVALID, collect
 from onednn_convt.conformance.runner import PASSED, run_cases
+from onednn_convt import shapes
 
 NAME = "conformance"
 PER_PROCESS = 50
@@ -326,7 +327,7 @@ def m_rank(rng: np.random.Generator, g: dict[str, Any], text: str) -> tuple[File
         if u["id"] == tid:
             u["shape"] = list(shape)
             u["stride"] = (
-                graph_json.dense_strides(shape) if rng.random() < 0.5 else u.get("stride", [])
+                list(shapes.dense_strides(shape)) if rng.random() < 0.5 else u.get("stride", [])
             )
     twice = sum(u["id"] == tid for u in _tensors(g)) > 1
     graph_input = tid in _graph_inputs(g)
@@ -545,7 +546,7 @@ def m_sizes(rng: np.random.Generator, g: dict[str, Any], text: str) -> tuple[Fil
                 dim = int(rng.integers(len(t["shape"])))
             t["shape"] = list(t["shape"])
             t["shape"][dim] = max(1, t["shape"][dim]) * factor
-            t["stride"] = graph_json.dense_strides(t["shape"])
+            t["stride"] = list(shapes.dense_strides(t["shape"]))
     _unknown_outputs(g, rng)
     return _as_files(g), "case.json", False, f"tensor {tid} dim {dim} x{factor}"
 

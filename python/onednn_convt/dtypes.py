@@ -5,6 +5,7 @@ Every float tensor of one call has the same dtype; ``weights_shape`` is s32.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import ml_dtypes
@@ -32,6 +33,34 @@ def code_of(dtype: np.dtype[Any]) -> str | None:
 def expected_names() -> str:
     """Users' names of the accepted float dtypes, for messages."""
     return "numpy.float32 (f32), ml_dtypes.bfloat16 (bf16) or numpy.float16 (f16)"
+
+
+def common_code(op_name: str, named: Sequence[tuple[str, Any]], mixed: str) -> str:
+    """The one float dtype code ("f32", "bf16", "f16") of the named arrays of a call (None
+    entries skipped).
+
+    Raises:
+        TypeError: an array of another dtype (naming it; a u8/s8 one of a ConvTranspose says
+            what an int8 call needs), or arrays of several dtypes (``mixed`` says what must
+            have one, the message lists each array's).
+    """
+    codes: dict[str, str] = {}
+    for name, a in named:
+        if a is None:
+            continue
+        code = code_of(a.dtype)
+        if code is None:
+            hint = ""
+            if a.dtype in (np.dtype(np.uint8), np.dtype(np.int8)) and op_name == "ConvTranspose":
+                hint = " (an int8 ConvTranspose needs src_dequantize and weights_dequantize)"
+            msg = f"{op_name}: argument '{name}' expected dtype {expected_names()}, got {a.dtype}{hint}"
+            raise TypeError(msg)
+        codes[name] = code
+    if len(set(codes.values())) > 1:
+        got = ", ".join(f"{n}={c}" for n, c in codes.items())
+        msg = f"{op_name}: {mixed}, got {got}"
+        raise TypeError(msg)
+    return next(iter(codes.values()))
 
 
 def resolve(dtype: Any) -> str:

@@ -635,23 +635,7 @@ def _check_dtypes(op: ConvTranspose, f: Fusion, arrays: Sequence[Any]) -> tuple[
                 fail(arg, x, "float32 (give the post-op a dequantize= for a u8/s8 tensor)")
         dq = f.dst_quantize
         return "f32", F32 if dq is None else INT8_DTYPES[dq.dtype]
-    codes = {}
-    for arg, a in zip(names, arrays):
-        if a is None:
-            continue
-        code = dtypes.code_of(a.dtype)
-        if code is None:
-            if _code(a) in INT8_DTYPES and arg == "src":
-                msg = f"{name}: argument 'src' is {a.dtype}: an int8 ConvTranspose needs src_dequantize and weights_dequantize"
-                raise TypeError(msg)
-            fail(arg, a, dtypes.expected_names())
-        codes[arg] = code
-    if len(set(codes.values())) > 1:
-        got = ", ".join(f"{n}={c}" for n, c in codes.items())
-        msg = f"{name}: every tensor of a fused call must have one float dtype, got {got}"
-        raise TypeError(msg)
-    code = codes["src"]
-    assert code is not None
+    code = dtypes.common_code(name, list(zip(names, arrays)), "every tensor of a fused call must have one float dtype")
     return code, dtypes.FLOAT_DTYPES[code]
 
 

@@ -219,23 +219,8 @@ class Op:
         return lowering.build(problem, lowering.rules.fallback(problem))
 
     def _check_dtypes(self, arrays: Sequence[Any]) -> str:
-        codes = {}
-        for name, a in zip(self.input_names, arrays):
-            if a is None or name == "weights_shape":
-                continue
-            code = dtypes.code_of(a.dtype)
-            if code is None:
-                hint = ""
-                if a.dtype in (np.dtype(np.uint8), np.dtype(np.int8)) and self.op_name == "ConvTranspose":
-                    hint = " (an int8 ConvTranspose needs src_dequantize and weights_dequantize)"
-                msg = f"{self.op_name}: argument '{name}' expected dtype {dtypes.expected_names()}, got {a.dtype}{hint}"
-                raise TypeError(msg)
-            codes[name] = code
-        if len(set(codes.values())) > 1:
-            got = ", ".join(f"{n}={c}" for n, c in codes.items())
-            msg = f"{self.op_name}: every float tensor of a call must have one dtype, got {got}"
-            raise TypeError(msg)
-        return next(iter(codes.values()))
+        named = [(n, a) for n, a in zip(self.input_names, arrays) if n != "weights_shape"]
+        return dtypes.common_code(self.op_name, named, "every float tensor of a call must have one dtype")
 
     def _check_out(
         self, arrays: Sequence[Any], out: Any, shape: tuple[int, ...], dtype: np.dtype[Any]

@@ -117,9 +117,10 @@ def backward_data_output(
 
 
 def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Strides, in elements, of a C-contiguous array of ``shape``."""
+    """Strides, in elements, of a C-contiguous array of ``shape`` (a dim of size 0 counts as
+    1, so that the strides stay positive)."""
     strides, step = [], 1
     for n in reversed(shape):
         strides.append(step)
-        step *= n
+        step *= max(int(n), 1)
     return tuple(reversed(strides))

@@ -107,9 +107,16 @@ def from_nxc(t: Tensor) -> Tensor:
     return t.permute(0, t.dim() - 1, *range(1, t.dim() - 1))
 
 
+def channels_last_format(rank: int) -> Optional[torch.memory_format]:
+    """torch's channels-last memory format for tensors of ``rank`` spatial dims (None in 1-D,
+    which has none: a channels-last 1-D tensor is a strided view)."""
+    return {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank)
+
+
 def memory_format(rank: int) -> torch.memory_format:
-    """torch's channels-last memory format for activations of ``rank`` spatial dims."""
-    return {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank, torch.contiguous_format)
+    """The memory format that makes an activation of ``rank`` spatial dims channels-last
+    (``torch.contiguous_format`` in 1-D, where a dense (N, C, L) is the closest)."""
+    return channels_last_format(rank) or torch.contiguous_format
 
 
 class _Fast:

@@ -234,7 +234,9 @@ def _tensor(torch: Any, a: np.ndarray) -> Any:
 
 
 def _memory_format(torch: Any, rank: int) -> Any:
-    return {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank)
+    from ..torch_run import channels_last_format  # torch is imported: so may this be
+
+    return channels_last_format(rank)
 
 
 def torch_activation(torch: Any, a: Any, nxc: bool, rank: int) -> Any:

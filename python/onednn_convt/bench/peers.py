@@ -131,7 +131,9 @@ def torch_call(case: Case) -> Optional[Callable[[], Any]]:
     rank = len(lay.spatial)
     dt = _torch_dtype(torch, cfg.dtype)
     nxc = cfg.data_format == "NXC"
-    fmt = {2: torch.channels_last, 3: torch.channels_last_3d}.get(rank)
+    from ..torch_run import channels_last_format  # torch is imported: so may this be
+
+    fmt = channels_last_format(rank)
 
     def activation(a: np.ndarray) -> Any:
         t = torch.from_numpy(np.asarray(a, dtype=np.float32)).to(dt)

@@ -49,6 +49,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from ..shapes import dense_strides
+
 #: The op kinds this package runs.
 CONVT_KINDS = ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
 
@@ -583,21 +585,12 @@ def dumps(graph: Graph, indent: Optional[int] = 2) -> str:
 # -- writing the graph of a Python call -----------------------------------------------------
 
 
-def dense_strides(shape: Sequence[int]) -> list[int]:
-    """Row-major element strides of ``shape``."""
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(int(n), 1)
-    return list(reversed(strides))
-
-
 def _tensor_of(array: np.ndarray, tid: int, code: str) -> LogicalTensor:
     size = array.itemsize
     if all(s > 0 and s % size == 0 for s in array.strides):
         stride = [s // size for s in array.strides]
     else:  # the op copies such arrays to dense memory before the library sees them
-        stride = dense_strides(array.shape)
+        stride = list(dense_strides(array.shape))
     return LogicalTensor(tid, code, [int(d) for d in array.shape], stride)
 
 
@@ -682,7 +675,7 @@ def graph_of_call(op: Any, *inputs: Any) -> Graph:
     spatial = arrays[0].ndim - 2  # type: ignore[union-attr]
     out_shape = expected_output_shape(kind, attrs, [tuple(a.shape) for a in arrays])  # type: ignore[union-attr]
     _check_output_shape(kind, out_shape)
-    output = LogicalTensor(len(tensors), code, list(out_shape), dense_strides(out_shape))
+    output = LogicalTensor(len(tensors), code, list(out_shape), list(dense_strides(out_shape)))
     from .. import native
 
     graph_op = GraphOp(0, f"{kind}_0", kind, library_attrs(kind, attrs, spatial), tensors, [output])
