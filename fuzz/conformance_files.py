@@ -39,9 +39,9 @@ from typing import Any, Callable
 import numpy as np
 import onednn_convt
 from harness import Failure
-from onednn_convt.conformance import cases as cases_module
 from onednn_convt.conformance import graph_json, report
-from onednn_convt.conformance.cases import ERROR, INVALID, collect
+from onednn_convt.conformance.collect import bundled_suite, collect
+from onednn_convt.conformance.model import ERROR, INVALID
 from onednn_convt.conformance.runner import PASSED, run_cases
 from onednn_convt import shapes
 
@@ -53,7 +53,7 @@ MEMORY_LIMIT = 256 << 20
 
 REPO = Path(__file__).resolve().parent.parent
 SEED_DIRS = [
-    Path(cases_module.bundled_suite()) / "cases",
+    Path(bundled_suite()) / "cases",
     REPO / "tests" / "data" / "onednn",
     REPO / "tests" / "data" / "conformance_hostile",
 ]

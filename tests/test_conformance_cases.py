@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from onednn_convt.conformance.cases import INVALID, SKIPPED, expected_output_shape
+from onednn_convt.conformance.model import INVALID, SKIPPED
+from onednn_convt.conformance.op_case import expected_output_shape
 from onednn_convt.conformance.harness import parse_text
 from onednn_convt.conformance.runner import PASSED, run_case
 from test_conformance_harness import BASE

@@ -14,7 +14,7 @@ import onednn_convt as oc
 import pytest
 from onednn_convt.cli import main
 from onednn_convt.conformance import bundled, graph_json, to_graph_json
-from onednn_convt.conformance.cases import bundled_suite, collect
+from onednn_convt.conformance.collect import bundled_suite, collect
 from onednn_convt.conformance.runner import PASSED, run_case
 
 RNG = np.random.default_rng(7)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from onednn_convt.conformance import graph_json
-from onednn_convt.conformance.cases import INVALID, collect
+from onednn_convt.conformance.collect import collect
+from onednn_convt.conformance.model import INVALID
 from onednn_convt.conformance.harness import (
     HarnessSyntaxError,
     parse_dt,

@@ -24,7 +24,8 @@ import pytest
 from onednn_convt.cli import main
 from onednn_convt.conformance import graph_json, report
 from onednn_convt.conformance import harness as harness_module
-from onednn_convt.conformance.cases import INVALID, SKIPPED, collect
+from onednn_convt.conformance.collect import collect
+from onednn_convt.conformance.model import INVALID, SKIPPED
 from onednn_convt.conformance.runner import ERROR, PASSED, run_case, run_cases
 
 DATA = Path(__file__).resolve().parent / "data" / "conformance_hostile"

@@ -15,7 +15,8 @@ import pytest
 from onednn_convt import Dequantize, PostOp, Quantize
 from onednn_convt.cli import main
 from onednn_convt.conformance import fill, to_graph_json
-from onednn_convt.conformance.cases import INVALID, SKIPPED, Case, collect
+from onednn_convt.conformance.collect import collect
+from onednn_convt.conformance.model import INVALID, SKIPPED, Case
 from onednn_convt.conformance.harness import parse_harness, parse_text
 from onednn_convt.conformance.runner import FAILED, PASSED, Result, float_tolerance, run_case
 from test_conformance_harness import ONEDNN, needs_onednn_files
@@ -474,7 +475,7 @@ def test_a_call_the_library_does_not_fuse_is_judged_the_same(tmp_path: Path) -> 
 
 
 def test_the_bundled_pattern_suite_passes_fused() -> None:
-    from onednn_convt.conformance.cases import bundled_suite
+    from onednn_convt.conformance.collect import bundled_suite
 
     cases = collect([os.path.join(bundled_suite(), "harness_pattern")])
     assert len(cases) == 16 and all(c.pattern is not None for c in cases)

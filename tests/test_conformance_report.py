@@ -12,7 +12,7 @@ from typing import Any
 import onednn_convt
 import pytest
 from onednn_convt.cli import main
-from onednn_convt.conformance.cases import collect
+from onednn_convt.conformance.collect import collect
 from onednn_convt.conformance.report import Reporter, summary_line, tally
 from onednn_convt.conformance.runner import run_cases
 from test_conformance_harness import BASE

@@ -15,7 +15,7 @@ import pytest
 from onednn_convt import reference
 from onednn_convt.cli import main
 from onednn_convt.conformance import fill
-from onednn_convt.conformance.cases import collect
+from onednn_convt.conformance.collect import collect
 from onednn_convt.conformance.harness import parse_text
 from onednn_convt.conformance.runner import (
     ERROR,

@@ -12,8 +12,7 @@ Layouts: activations are NXC (default) or NCX by ``data_format``; weights are XO
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Optional, Sequence, overload
+from typing import Any, ClassVar, Optional, Sequence, overload
 
 import numpy as np
 from numpy.typing import ArrayLike

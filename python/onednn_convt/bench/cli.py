@@ -23,7 +23,6 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 

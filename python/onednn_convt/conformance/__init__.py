@@ -1,8 +1,9 @@
 """Conformance runner: oneDNN graph JSON cases and benchdnn-style harness files in, verdicts out.
 
-- :mod:`.graph_json`: read, check and write the graph JSON format (:func:`to_graph_json`).
+- :mod:`.graph_json`: read and check the graph JSON format; :mod:`.export`: write it (:func:`to_graph_json`).
 - :mod:`.harness`: benchdnn's harness-file syntax.
-- :mod:`.cases`: a case (a JSON with overrides), checked; :func:`collect` finds them.
+- :mod:`.model`: a case and its tensors; :mod:`.op_case`: one op's case checked;
+  :mod:`.cases`: a case (a JSON with overrides) built; :mod:`.collect`: :func:`collect` finds them.
 - :mod:`.patterns`: graphs of several ops (ConvTranspose with Dequantize, BiasAdd,
   post-ops, Quantize) as one fused ``ConvTranspose`` call.
 - :mod:`.fill`: benchdnn's deterministic integer fills.
@@ -18,8 +19,10 @@ memory limit (``ONEDNN_CONVT_MEMORY_LIMIT``), and one bad file never stops the o
 
 from __future__ import annotations
 
-from .cases import Case, collect
-from .graph_json import GraphJSONError, load, loads, to_graph_json
+from .collect import collect
+from .export import to_graph_json
+from .graph_json import GraphJSONError, load, loads
+from .model import Case
 from .runner import Result, run_case, run_cases
 
 __all__ = [

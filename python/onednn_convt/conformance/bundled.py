@@ -1,7 +1,7 @@
 """The bundled suite: how ``suite/`` is made (``python -m onednn_convt.conformance.bundled``).
 
 ``suite/cases/*.json`` are the graph JSON of small Python calls, written with
-:func:`~onednn_convt.conformance.graph_json.to_graph_json`; ``suite/harness_{f32,bf16,f16}``
+:func:`~onednn_convt.conformance.export.to_graph_json`; ``suite/harness_{f32,bf16,f16}``
 run each of them and benchdnn-style variations of them (every auto_pad mode on every op,
 the four NCX/NXC x IOX/XOI combinations on every op, --mb, memory tags, a rank change,
 sweeps), the bf16 and f16 files through ``--dt``. Together they cover every attribute
@@ -284,7 +284,7 @@ def base_json(base: Base) -> str:
     import onednn_convt
     from onednn_convt.dtypes import FLOAT_DTYPES, SHAPE_DTYPE
 
-    from .graph_json import to_graph_json
+    from .export import to_graph_json
 
     attrs = dict(base.attrs)
     arrays = [
@@ -351,7 +351,7 @@ def _auto_pad_lines(base: Base) -> list[str]:
     modes = ("SAME_UPPER", "SAME_LOWER", "VALID")
     if base.kind != BWD_W:
         return ["--op-attrs=" + ",".join(f"0:auto_pad:{m}" for m in modes)]
-    from .cases import expected_output_shape
+    from .op_case import expected_output_shape
 
     lines = []
     for mode in modes:
@@ -528,7 +528,7 @@ def pattern_json(base: PatternBase) -> str:
     from onednn_convt.dtypes import FLOAT_DTYPES
 
     from ..post_ops import INT8_DTYPES
-    from .graph_json import to_graph_json
+    from .export import to_graph_json
 
     dtypes = {**FLOAT_DTYPES, **INT8_DTYPES}
     arrays = [None if i is None else np.zeros(i[0], dtypes[i[1]]) for i in base.inputs]
@@ -576,7 +576,7 @@ def write_suite(directory: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    from .cases import bundled_suite
+    from .collect import bundled_suite
 
     for p in write_suite(sys.argv[1] if len(sys.argv) > 1 else bundled_suite()):
         print(p)

@@ -216,7 +216,8 @@ def dump_call(call: str, shapes: Sequence[str], dt: Optional[str]) -> str:
     from onednn_convt.post_ops import INT8_DTYPES
 
     from ..limits import INT32_MAX
-    from .graph_json import MAX_NDIMS, short, to_graph_json
+    from .export import to_graph_json
+    from .graph_json import MAX_NDIMS, short
 
     name, kwargs = parse_call(call)
     code = dt or "f32"
@@ -291,7 +292,7 @@ def _select(cases: list[Any], args: argparse.Namespace) -> list[Any]:
 def run(args: argparse.Namespace) -> int:
     """Run ``onednn-convt conformance``; returns the exit status."""
     from . import report
-    from .cases import collect
+    from .collect import collect
     from .runner import FAILED, run_cases
 
     try:
@@ -351,7 +352,7 @@ def _message(e: BaseException) -> str:
 
 
 def _dump_failures(directory: str, failed: Sequence[Any]) -> None:
-    from .graph_json import case_graph_json
+    from .export import case_graph_json
 
     os.makedirs(directory, exist_ok=True)
     for n, r in enumerate(failed, 1):

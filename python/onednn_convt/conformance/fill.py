@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import shapes
 from ..dtypes import FLOAT_DTYPES, SHAPE_DTYPE
-from .cases import Case, TensorSpec
+from .model import Case, TensorSpec
 
 #: dtype -> data kind -> (min, max)
 RANGES: dict[str, dict[str, tuple[int, int]]] = {

@@ -43,17 +43,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from .cases import (
-    INVALID,
-    MAX_CASES,
-    MAX_HARNESS_FILES,
-    MAX_WORK,
-    Budget,
-    Case,
-    Overrides,
-    _Loader,
-    build_case,
-)
+from .cases import MAX_CASES, MAX_HARNESS_FILES, MAX_WORK, Budget, Loader, build_case
+from .model import INVALID, Case, Overrides
 from .graph_json import Graph, plain, read_text, short
 
 #: dtypes ``--dt`` accepts (those of the graph format; the case check refuses non-float ones).
@@ -495,7 +486,7 @@ def parse_harness(
             a new cache.
         shown: the name used in locations (default: ``path``).
         budget: the cases and harness files the run may still read (shared by the files of
-            one :func:`~.cases.collect`; default: a new one).
+            one :func:`~.collect.collect`; default: a new one).
 
     A file that cannot be read (not a regular file, not UTF-8, more than
     :data:`MAX_HARNESS_BYTES`) is one INVALID case naming it; so is a ``--batch`` file that
@@ -524,7 +515,7 @@ def parse_harness(
                 reason=f"cannot read harness file: {e}",
             )
         ]
-    reader = _Reader(cases_root, loader or _Loader(), budget)
+    reader = _Reader(cases_root, loader or Loader(), budget)
     reader.stack.append(os.path.realpath(path))
     return reader.read(text, where, base)
 
@@ -539,5 +530,5 @@ def parse_text(
     budget: Optional[Budget] = None,
 ) -> list[Case]:
     """The cases of harness text given directly (``--line``), relative to ``base_dir``."""
-    reader = _Reader(cases_root, loader or _Loader(), budget if budget is not None else Budget())
+    reader = _Reader(cases_root, loader or Loader(), budget if budget is not None else Budget())
     return reader.read(text, name, base_dir)

@@ -39,18 +39,12 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..post_ops import INT8_DTYPES, MAX_CHAIN, POST_OPS, Dequantize, PostOp, Quantize
-from .cases import (
-    FLOAT_CODES,
-    INVALID,
-    SKIPPED,
-    Case,
-    CaseError,
-    Overrides,
-    TensorSpec,
-    _check_attrs,
-    _checked_value,
+from .model import FLOAT_CODES, INVALID, SKIPPED, Case, CaseError, Overrides, TensorSpec
+from .op_case import (
     apply_in_shapes,
+    check_attrs,
     check_ranks,
+    checked_value,
     expected_output_shape,
     op_keywords,
     shape_differs,
@@ -125,7 +119,7 @@ def _apply_op_attrs(ops: dict[int, GraphOp], ov: Overrides) -> None:
                 raise _invalid(
                     f"--op-attrs: no attribute {short(name)} in op {op.id} ({op.kind}); an override must name an attribute the JSON op has"
                 )
-            op.attrs[name] = Attr(op.attrs[name].type, _checked_value(op.attrs[name], text, name))
+            op.attrs[name] = Attr(op.attrs[name].type, checked_value(op.attrs[name], text, name))
 
 
 def _quantization(op: GraphOp, cls: type[Dequantize], **extra: Any) -> Any:
@@ -221,7 +215,7 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     conv = convs[0]
     case.kind = conv.kind
     _apply_op_attrs(ops, ov)
-    _check_attrs(conv)
+    check_attrs(conv)
 
     # (graph_json checked that a tensor has one producer and that there is no cycle)
     producer: dict[int, GraphOp] = {}

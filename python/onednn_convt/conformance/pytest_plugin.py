@@ -62,7 +62,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _paths(config: pytest.Config) -> list[str]:
-    from .cases import bundled_paths
+    from .collect import bundled_paths
 
     paths: list[str] = []
     for p in config.getoption("conformance", default=[]) or []:
@@ -122,7 +122,7 @@ class ConformanceFile(pytest.File):
     """The cases of one JSON or harness file, one item each, named by the harness line."""
 
     def collect(self) -> list[pytest.Item]:
-        from .cases import collect
+        from .collect import collect
 
         config = self.config
         cases = collect([str(self.path)], cases_root=config.getoption("conformance_cases_root"))

@@ -21,7 +21,7 @@ import time
 import xml.etree.ElementTree as ET
 from typing import IO, Any, Optional, Sequence
 
-from .cases import ERROR, INVALID, SKIPPED
+from .model import ERROR, INVALID, SKIPPED
 from .runner import FAILED, PASSED, UNSUPPORTED, Result
 
 

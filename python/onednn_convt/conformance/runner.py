@@ -27,7 +27,7 @@ Outcomes:
 The contract: a malformed input is INVALID with the file and the reason; a case the library
 refuses is SKIPPED or INVALID; no input makes the runner hang, crash or exceed the memory
 limit, and one bad case or file never stops the others (:func:`run_case` never raises;
-:func:`~.cases.collect` turns each bad file into cases).
+:func:`~.collect.collect` turns each bad file into cases).
 
 Memory: before anything of a case is allocated, :func:`memory_estimate` adds up what
 running it takes (the inputs and the output, which stay; the float64 draws of the fill,
@@ -88,7 +88,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from .cases import ERROR, INVALID, SKIPPED, Case
+from .model import ERROR, INVALID, SKIPPED, Case
 
 PASSED = "PASSED"
 FAILED = "FAILED"
@@ -401,7 +401,7 @@ def run_case(case: Case, *, strict_dtypes: bool = False) -> Result:
     unexpected is ERROR with the traceback's last frames.
 
     Args:
-        case: a case from :func:`onednn_convt.conformance.cases.collect`.
+        case: a case from :func:`onednn_convt.conformance.collect.collect`.
         strict_dtypes: build the op with ``strict=True``, so a dtype the CPU has no kernel
             for is UNSUPPORTED instead of emulated.
     """
