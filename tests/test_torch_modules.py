@@ -17,7 +17,7 @@ from helpers import assert_close
 
 torch = pytest.importorskip("torch")
 oct = pytest.importorskip("onednn_convt.torch")
-from onednn_convt import ops  # noqa: E402
+from onednn_convt import op_base  # noqa: E402
 
 CODES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -235,8 +235,8 @@ def test_swap_modules_keeps_parameters_and_runs_ours(monkeypatch):
     assert all(isinstance(m, oct.ConvTranspose2d) for m in model if isinstance(m, torch.nn.ConvTranspose2d))
     assert [p.data_ptr() for p in model.parameters()] == params
     calls = []
-    original = ops.Op._call
-    monkeypatch.setattr(ops.Op, "_call", lambda self, i, o: calls.append(self.op_name) or original(self, i, o))
+    original = op_base.Op._call
+    monkeypatch.setattr(op_base.Op, "_call", lambda self, i, o: calls.append(self.op_name) or original(self, i, o))
     got = model(x)
     assert calls.count("ConvTranspose") >= 3
     np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
@@ -277,14 +277,14 @@ def test_unbatched_and_empty_inputs():
 
 def test_channels_last_reaches_the_op_without_a_copy(monkeypatch):
     seen = []
-    original = ops.Op._call
+    original = op_base.Op._call
 
     def spy(self: Any, inputs: Any, out: Any) -> Any:
         if isinstance(inputs[0], np.ndarray):
             seen.append((self.op_name, self.attrs["data_format"], inputs[0].ctypes.data))
         return original(self, inputs, out)
 
-    monkeypatch.setattr(ops.Op, "_call", spy)
+    monkeypatch.setattr(op_base.Op, "_call", spy)
     x = torch.randn(2, 8, 6, 6).to(memory_format=torch.channels_last).requires_grad_()
     m = oct.ConvTranspose2d(8, 4, 4, stride=2, padding=1)
     y = m(x)

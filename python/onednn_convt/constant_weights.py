@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike
 from . import dtypes, interop, limits
 
 if TYPE_CHECKING:
-    from .ops import WeightsOp
+    from .op_base import WeightsOp
 
 
 class ConstantWeights:

@@ -13,7 +13,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .interop import Array
-from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights, Op
+from .op_base import Op
+from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
 
 
 @functools.lru_cache(maxsize=128)
