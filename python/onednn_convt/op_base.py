@@ -37,7 +37,7 @@ class Op:
         self.attrs = schema.normalize(self.op_name, attrs)
         self.strict = schema.check_bool(self.op_name, "strict", strict)
         self._plans: dict[Any, Any] = {}
-        self.last_plan: Optional[Any] = None  # a Plan, or a fusion.FusedPlan
+        self.last_plan: Optional[Any] = None  # a Plan, or a fused_plan.FusedPlan
         self._fast: Any = None  # the last plan's executor
 
     @property

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Optional, Sequence, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import dtypes, fusion, layouts, lowering, schema, shapes
+from . import dtypes, fused_plan, fusion, layouts, lowering, schema, shapes
 from .problem import Problem
 from .constant_weights import ConstantWeights
 from .interop import Array
@@ -131,7 +131,7 @@ class ConvTranspose(WeightsOp):
 
     def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Any:
         if self.fusion is not None:
-            return fusion.make_plan(self, arrays, out)
+            return fused_plan.make_plan(self, arrays, out)
         return super()._make_plan(arrays, out)
 
     def _check_aliasing(self, arrays: Sequence[Any], out: np.ndarray) -> None:
@@ -140,7 +140,7 @@ class ConvTranspose(WeightsOp):
         for name, a in zip(self.input_names, arrays):
             if a is None or not np.may_share_memory(a, out):
                 continue
-            if name.startswith("post_ops[") and fusion.is_whole(a, out):
+            if name.startswith("post_ops[") and fused_plan.is_whole(a, out):
                 continue  # a binary post-op's tensor of dst's shape: the result overwrites it
             msg = f"{self.op_name}: argument 'out' shares memory with input '{name}'"
             if name.startswith("post_ops["):

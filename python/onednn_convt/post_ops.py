@@ -81,7 +81,7 @@ QTYPES = ("per_tensor", "per_channel")
 #: Dispatch ISAs (:func:`onednn_convt.guards.dispatch_isa`) whose oneDNN 3.2 int8 kernels
 #: have no VNNI and compute wrong values: u8 x s8 products summed in pairs saturate at 16
 #: bits, and an s8 src's weights are halved (their low bit dropped). Int8 calls there run
-#: unfused, in f32 (:func:`onednn_convt.fusion.make_plan` has the measurements).
+#: unfused, in f32 (:func:`onednn_convt.fused_plan.make_plan` has the measurements).
 INT8_WITHOUT_VNNI = frozenset({"default", "sse41", "avx", "avx2", "avx512_core"})
 #: Dispatch ISAs on which oneDNN 3.2 runs an int8 chain whose "sum" (:func:`library_sum`)
 #: follows another post-op on its avx2 int8 kernel, without VNNI where the CPU lacks AVX-VNNI
