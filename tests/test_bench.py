@@ -318,16 +318,16 @@ def test_fused_suite_rows_and_files(fused_run: dict) -> None:
 def test_fused_suite_checked_every_row(fused_run: dict) -> None:
     """Each row ran as one fused partition and its result was checked against the unfused one
     (and PyTorch's where installed) before it was timed."""
-    from onednn_convt.bench import fused
+    from onednn_convt.bench import fused, fused_checks
 
     torch = runner.peers.torch_module()
     for r in fused_run["doc"]["results"]:
         assert r["fused"] is True and r["partitions"] == 1, r["key"]
         assert "1 fused partition" in r["lowering"], r["key"]
         if r["dtype"] == "int8":
-            assert r["lsb_unfused"] <= fused.INT8_LSB and r["lsb_f32"] <= fused.INT8_LSB, r["key"]
+            assert r["lsb_unfused"] <= fused_checks.INT8_LSB and r["lsb_f32"] <= fused_checks.INT8_LSB, r["key"]
             if torch is not None:  # a PyTorch engine passed its check, or the row says why none did
-                assert r.get("lsb_torch", 0) <= fused.TORCH_INT8_LSB or r.get("torch_error"), r["key"]
+                assert r.get("lsb_torch", 0) <= fused_checks.TORCH_INT8_LSB or r.get("torch_error"), r["key"]
             continue
         assert r["err_unfused"] <= runner.TOLERANCE[r["dtype"]], r["key"]
         assert r["err_alloc"] == 0.0, r["key"]
@@ -397,7 +397,7 @@ def test_fused_bench_checks_pass_on_model_sized_layers(tmp_path) -> None:
 
 def test_fused_checks() -> None:
     import numpy as np
-    from onednn_convt.bench import fused
+    from onednn_convt.bench import fused_checks as fused
 
     a = np.ones((2, 3), np.float32)
     assert fused.check_close("x", a, a, 0.0) == 0.0
