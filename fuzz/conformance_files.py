@@ -42,7 +42,8 @@ from harness import Failure
 from onednn_convt.conformance import graph_json, report
 from onednn_convt.conformance.collect import bundled_suite, collect
 from onednn_convt.conformance.model import ERROR, INVALID
-from onednn_convt.conformance.runner import PASSED, run_cases
+from onednn_convt.conformance.judge import PASSED
+from onednn_convt.conformance.runner import run_cases
 from onednn_convt import shapes
 
 NAME = "conformance"

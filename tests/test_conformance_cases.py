@@ -11,7 +11,8 @@ import pytest
 from onednn_convt.conformance.model import INVALID, SKIPPED
 from onednn_convt.conformance.op_case import expected_output_shape
 from onednn_convt.conformance.harness import parse_text
-from onednn_convt.conformance.runner import PASSED, run_case
+from onednn_convt.conformance.judge import PASSED
+from onednn_convt.conformance.runner import run_case
 from test_conformance_harness import BASE
 
 

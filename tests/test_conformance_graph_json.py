@@ -13,9 +13,10 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from onednn_convt.cli import main
-from onednn_convt.conformance import bundled, graph_json, to_graph_json
+from onednn_convt.conformance import bundled, graph, graph_json, to_graph_json
 from onednn_convt.conformance.collect import bundled_suite, collect
-from onednn_convt.conformance.runner import PASSED, run_case
+from onednn_convt.conformance.judge import PASSED
+from onednn_convt.conformance.runner import run_case
 
 RNG = np.random.default_rng(7)
 
@@ -83,7 +84,7 @@ def check_spelling(data: dict[str, Any], kind: str, spatial: int) -> None:
     [op] = data["graph"]
     assert op["kind"] == kind
     attrs = op["attrs"]
-    assert list(attrs) == list(graph_json.LIBRARY_ATTRS[kind])  # every attribute, defaults included
+    assert list(attrs) == list(graph.LIBRARY_ATTRS[kind])  # every attribute, defaults included
     for name, entry in attrs.items():
         assert list(entry) == ["type", "value"], name
         if entry["type"] == "s64[]" and name != "weights_shape":

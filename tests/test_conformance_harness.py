@@ -10,14 +10,8 @@ import pytest
 from onednn_convt.conformance import graph_json
 from onednn_convt.conformance.collect import collect
 from onednn_convt.conformance.model import INVALID
-from onednn_convt.conformance.harness import (
-    HarnessSyntaxError,
-    parse_dt,
-    parse_harness,
-    parse_in_shapes,
-    parse_op_attrs,
-    parse_text,
-)
+from onednn_convt.conformance.harness import parse_harness, parse_text
+from onednn_convt.conformance.harness_options import HarnessSyntaxError, parse_dt, parse_in_shapes, parse_op_attrs
 
 #: oneDNN's own graph test inputs for these ops, copied verbatim (tests/data/onednn/README.md)
 ONEDNN = str(Path(__file__).resolve().parent / "data" / "onednn")

@@ -26,7 +26,8 @@ from onednn_convt.conformance import graph_json, report
 from onednn_convt.conformance import harness as harness_module
 from onednn_convt.conformance.collect import collect
 from onednn_convt.conformance.model import INVALID, SKIPPED
-from onednn_convt.conformance.runner import ERROR, PASSED, run_case, run_cases
+from onednn_convt.conformance.judge import PASSED
+from onednn_convt.conformance.runner import ERROR, run_case, run_cases
 
 DATA = Path(__file__).resolve().parent / "data" / "conformance_hostile"
 #: seconds a subprocess run may take before it counts as a hang (they take about one)

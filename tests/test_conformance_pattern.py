@@ -18,7 +18,8 @@ from onednn_convt.conformance import fill, to_graph_json
 from onednn_convt.conformance.collect import collect
 from onednn_convt.conformance.model import INVALID, SKIPPED, Case
 from onednn_convt.conformance.harness import parse_harness, parse_text
-from onednn_convt.conformance.runner import FAILED, PASSED, Result, float_tolerance, run_case
+from onednn_convt.conformance.judge import FAILED, PASSED, Result, float_tolerance
+from onednn_convt.conformance.runner import run_case
 from test_conformance_harness import ONEDNN, needs_onednn_files
 
 PATTERN = os.path.join(ONEDNN, "pattern")

@@ -17,15 +17,8 @@ from onednn_convt.cli import main
 from onednn_convt.conformance import fill
 from onednn_convt.conformance.collect import collect
 from onednn_convt.conformance.harness import parse_text
-from onednn_convt.conformance.runner import (
-    ERROR,
-    FAILED,
-    PASSED,
-    UNSUPPORTED,
-    compare,
-    run_case,
-    run_cases,
-)
+from onednn_convt.conformance.judge import FAILED, PASSED, UNSUPPORTED, compare
+from onednn_convt.conformance.runner import ERROR, run_case, run_cases
 from onednn_convt.errors import OneDNNError
 from test_conformance_harness import BASE, ONEDNN, needs_onednn_files
 

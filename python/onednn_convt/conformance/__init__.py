@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from .collect import collect
 from .export import to_graph_json
-from .graph_json import GraphJSONError, load, loads
+from .graph import GraphJSONError
+from .graph_json import load, loads
 from .model import Case
-from .runner import Result, run_case, run_cases
+from .judge import Result
+from .runner import run_case, run_cases
 
 __all__ = [
     "Case",

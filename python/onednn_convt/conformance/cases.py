@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from . import graph_json, op_case, patterns
-from .graph_json import FileTooLarge, Graph, GraphJSONError, short
+from .graph import Graph, GraphJSONError
+from .graph_json import FileTooLarge, short
 from .model import ERROR, INVALID, SKIPPED, Case, CaseError, Overrides
 
 

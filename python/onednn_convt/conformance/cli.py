@@ -293,7 +293,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``onednn-convt conformance``; returns the exit status."""
     from . import report
     from .collect import collect
-    from .runner import FAILED, run_cases
+    from .judge import FAILED
+    from .runner import run_cases
 
     try:
         if args.dump:

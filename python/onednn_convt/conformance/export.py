@@ -14,7 +14,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..shapes import dense_strides
-from .graph_json import CONVT_KINDS, LIBRARY_ATTRS, Attr, Graph, GraphOp, LogicalTensor, dumps
+from .graph import CONVT_KINDS, LIBRARY_ATTRS, Attr, Graph, GraphOp, LogicalTensor
+from .graph_json import dumps
 
 
 def _tensor_of(array: np.ndarray, tid: int, code: str) -> LogicalTensor:

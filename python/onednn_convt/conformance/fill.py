@@ -26,7 +26,7 @@ Each tensor's values come from a NumPy generator seeded by (role, dtype, shape):
 case always gets the same data.
 
 The fill draws float64 values (about 40 bytes per element at its peak): the runner fills a
-case only after its memory estimate (:func:`.runner.memory_estimate`, which counts these
+case only after its memory estimate (:func:`.memory.memory_estimate`, which counts these
 draws) is under the memory limit, and only cases whose ranks and dtypes were checked.
 
 Pattern cases (a ConvTranspose with post-ops, or int8) are filled by :func:`pattern_plan`;

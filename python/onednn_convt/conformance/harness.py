@@ -45,10 +45,9 @@ from typing import Any, Callable, Optional, Sequence
 
 from .cases import MAX_CASES, MAX_HARNESS_FILES, MAX_WORK, Budget, Loader, build_case
 from .model import INVALID, Case, Overrides
-from .graph_json import Graph, plain, read_text, short
-
-#: dtypes ``--dt`` accepts (those of the graph format; the case check refuses non-float ones).
-DT_NAMES = ("f32", "bf16", "f16", "s32", "s8", "u8", "f64", "boolean")
+from .graph import Graph
+from .graph_json import plain, read_text, short
+from .harness_options import HarnessSyntaxError, parse_dt, parse_in_shapes, parse_int, parse_op_attrs
 
 #: Options of benchdnn that do not change the problem (kept in the line, no effect here).
 IGNORED_PREFIXES = (
@@ -81,10 +80,6 @@ MAX_HARNESS_BYTES = 1 << 20
 MAX_BATCH_DEPTH = 16
 
 
-class HarnessSyntaxError(ValueError):
-    """An option value that does not parse."""
-
-
 class _Exhausted(Exception):
     """The run's case or file budget (:class:`~.cases.Budget`) is spent: reading stops at
     ``where`` (file:line) for ``reason``."""
@@ -93,111 +88,6 @@ class _Exhausted(Exception):
         super().__init__(reason)
         self.where = where
         self.reason = reason
-
-
-# -- option values ----------------------------------------------------------------------------
-
-
-def _int(text: str, what: str, minimum: int = 0) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise HarnessSyntaxError(f"{what}: expected an integer, got {short(text)}") from None
-    if value < minimum:
-        raise HarnessSyntaxError(f"{what}: expected an integer >= {minimum}, got {value}")
-    return value
-
-
-def parse_in_shapes(text: str) -> tuple[tuple[int, Optional[tuple[int, ...]], Optional[str]], ...]:
-    """One ``--in-shapes`` sweep element: ``ID:SHAPE[*TAG][+ID:...]``.
-
-    Returns:
-        (tensor id, shape or None, tag or None) per entry; () for an empty element.
-
-    Raises:
-        HarnessSyntaxError: a malformed entry.
-    """
-    if not text:
-        return ()
-    entries = []
-    for entry in text.split("+"):
-        tid_text, sep, spec = entry.partition(":")
-        if not sep or not spec:
-            raise HarnessSyntaxError(f"--in-shapes: entry {short(entry)} expected ID:SHAPE")
-        tid = _int(tid_text, f"--in-shapes entry {short(entry)}: tensor id")
-        shape_text, _, tag = spec.partition("*")
-        shape: Optional[tuple[int, ...]]
-        if shape_text == "-":
-            shape = ()
-        elif shape_text.isalpha() and not tag:
-            shape, tag = None, shape_text
-        else:
-            shape = tuple(
-                _int(d, f"--in-shapes entry {short(entry)}: dim") for d in shape_text.split("x")
-            )
-        if tag and not tag.isalpha():
-            raise HarnessSyntaxError(
-                f"--in-shapes: entry {short(entry)}: tag {short(tag)} expected letters (e.g. acdb)"
-            )
-        entries.append((tid, shape, tag or None))
-    return tuple(entries)
-
-
-def parse_op_attrs(text: str) -> tuple[tuple[int, tuple[tuple[str, str], ...]], ...]:
-    """One ``--op-attrs`` sweep element: ``ID:NAME:VAL[*NAME:VAL...][+ID:...]``.
-
-    Returns:
-        (op id, ((name, value text), ...)) per op; () for an empty element. A repeated
-        attribute keeps its last value.
-
-    Raises:
-        HarnessSyntaxError: a malformed entry.
-    """
-    if not text:
-        return ()
-    ops = []
-    for entry in text.split("+"):
-        op_text, sep, rest = entry.partition(":")
-        if not sep or not rest:
-            raise HarnessSyntaxError(f"--op-attrs: entry {short(entry)} expected ID:NAME:VALUE")
-        op_id = _int(op_text, f"--op-attrs entry {short(entry)}: op id")
-        pairs: dict[str, str] = {}
-        for item in rest.split("*"):
-            name, sep, value = item.partition(":")
-            if not sep or not name or not value:
-                raise HarnessSyntaxError(
-                    f"--op-attrs: {short(item)} in {short(entry)} expected NAME:VALUE"
-                )
-            pairs.pop(name, None)
-            pairs[name] = value
-        ops.append((op_id, tuple(pairs.items())))
-    return tuple(ops)
-
-
-def parse_dt(text: str) -> tuple[Optional[str], tuple[tuple[int, str], ...]]:
-    """One ``--dt`` element: ``DT`` or ``ID:DT[+ID:DT...]``.
-
-    Returns:
-        (dtype for every f32 tensor or None, ((tensor id, dtype), ...)).
-
-    Raises:
-        HarnessSyntaxError: an unknown dtype or a malformed entry.
-    """
-
-    def check(dt: str) -> str:
-        if dt not in DT_NAMES:
-            raise HarnessSyntaxError(
-                f"--dt: unknown data type {short(dt)}; expected one of {', '.join(DT_NAMES)}"
-            )
-        return dt
-
-    if ":" not in text:
-        return check(text), ()
-    entries = []
-    for entry in text.split("+"):
-        tid_text, _, dt = entry.partition(":")
-        entries.append((_int(tid_text, f"--dt entry {short(entry)}: tensor id"), check(dt)))
-    return None, tuple(entries)
 
 
 # -- the reader ---------------------------------------------------------------------------------
@@ -229,7 +119,7 @@ def _parse_option(option: str, values: list[str]) -> list[tuple[str, Any]]:
         if option == "dt":
             value: Any = parse_dt(v) if v else (None, ())
         elif option == "mb":
-            value = _int(v, "--mb") if v else 0
+            value = parse_int(v, "--mb") if v else 0
         elif option == "in_shapes":
             value = parse_in_shapes(v)
         else:

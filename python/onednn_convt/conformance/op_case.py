@@ -11,21 +11,10 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from .. import schema, shapes
-from . import graph_json
-from .graph_json import (
-    CONVT_KINDS,
-    F32_MAX,
-    GRAPH_OP_KINDS,
-    LIBRARY_ATTRS,
-    MAX_NDIMS,
-    REQUIRED_ATTRS,
-    S64_MAX,
-    S64_MIN,
-    Attr,
-    Graph,
-    short,
-)
-from .model import ACTIVATIONS, FLOAT_CODES, INPUT_ROLES, INVALID, OUTPUT_ROLE, SKIPPED, Case, CaseError, Overrides, TensorSpec
+from .graph import CONVT_KINDS, GRAPH_OP_KINDS, LIBRARY_ATTRS, REQUIRED_ATTRS, Attr, Graph, GraphOp
+from .graph_json import F32_MAX, MAX_NDIMS, S64_MAX, S64_MIN, short
+from .model import (ACTIVATIONS, FLOAT_CODES, INPUT_ROLES, INVALID, OUTPUT_ROLE, SKIPPED, Case, CaseError, Overrides,
+                    TensorSpec)
 
 _STRING_VALUES = {
     "auto_pad": ("None", "SAME_UPPER", "SAME_LOWER", "VALID"),
@@ -211,7 +200,7 @@ def checked_value(attr: Attr, text: str, name: str) -> Any:
     return value
 
 
-def op_keywords(op: graph_json.GraphOp, spatial: int) -> dict[str, Any]:
+def op_keywords(op: GraphOp, spatial: int) -> dict[str, Any]:
     """A graph op's attributes as the package op's keywords: ``groups`` as an int, per-dim
     lists checked against ``spatial`` dims (:func:`_per_dim_value`)."""
     attrs: dict[str, Any] = {}
@@ -238,7 +227,7 @@ def _per_dim_value(kind: str, name: str, value: list[int], spatial: int) -> Any:
     return tuple(value)
 
 
-def check_attrs(op: graph_json.GraphOp) -> None:
+def check_attrs(op: GraphOp) -> None:
     schema_types = LIBRARY_ATTRS[op.kind]
     for name, attr in op.attrs.items():
         if name not in schema_types:
@@ -285,7 +274,7 @@ def check_attrs(op: graph_json.GraphOp) -> None:
         )
 
 
-def _apply_op_attrs(op: graph_json.GraphOp, ov: Overrides) -> None:
+def _apply_op_attrs(op: GraphOp, ov: Overrides) -> None:
     for op_id, pairs in ov.op_attrs:
         if op_id != op.id:
             raise CaseError(

@@ -38,28 +38,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..post_ops import INT8_DTYPES, MAX_CHAIN, POST_OPS, Dequantize, PostOp, Quantize
-from .model import FLOAT_CODES, INVALID, SKIPPED, Case, CaseError, Overrides, TensorSpec
-from .op_case import (
-    apply_in_shapes,
-    check_attrs,
-    check_ranks,
-    checked_value,
-    expected_output_shape,
-    op_keywords,
-    shape_differs,
-    stride_order,
-)
-from .graph_json import CONVT_KINDS, GRAPH_OP_KINDS, Attr, Graph, GraphOp, LogicalTensor, short
-
-#: Binary kinds whose inputs can be swapped (the chain may come on input 1).
-COMMUTATIVE = ("Add", "Multiply", "Maximum", "Minimum")
-#: Attributes of the Dequantize/Quantize ops, as the JSON types them.
-QUANT_ATTRS = {"scales": "f32[]", "zps": "s64[]", "qtype": "string", "axis": "s64"}
-#: The library's defaults for the optional quantization attributes.
-_QUANT_DEFAULTS: dict[str, Any] = {"qtype": "per_tensor", "axis": 1}
-INT8_CODES = tuple(INT8_DTYPES)
-
+from ..post_ops import MAX_CHAIN, POST_OPS, Dequantize, PostOp, Quantize
+from .graph import CONVT_KINDS, GRAPH_OP_KINDS, Graph, GraphOp, LogicalTensor
+from .graph_json import short
+from .model import SKIPPED, Case, CaseError, Overrides, TensorSpec
+from .op_case import (apply_in_shapes, check_attrs, check_ranks, expected_output_shape, op_keywords, shape_differs,
+                      stride_order)
+from .pattern_ops import COMMUTATIVE, Input, apply_op_attrs, check_dtypes, invalid, quantization, skip
+from .pattern_ops import post_op as read_post_op
 
 @dataclass(frozen=True)
 class Pattern:
@@ -99,82 +85,6 @@ class Pattern:
         }
 
 
-def _skip(reason: str) -> CaseError:
-    return CaseError(SKIPPED, reason)
-
-
-def _invalid(reason: str) -> CaseError:
-    return CaseError(INVALID, reason)
-
-
-def _apply_op_attrs(ops: dict[int, GraphOp], ov: Overrides) -> None:
-    for op_id, pairs in ov.op_attrs:
-        op = ops.get(op_id)
-        if op is None:
-            raise _invalid(
-                f"--op-attrs: no op with id {op_id} in the graph (op ids: {', '.join(map(str, ops))})"
-            )
-        for name, text in pairs:
-            if name not in op.attrs:
-                raise _invalid(
-                    f"--op-attrs: no attribute {short(name)} in op {op.id} ({op.kind}); an override must name an attribute the JSON op has"
-                )
-            op.attrs[name] = Attr(op.attrs[name].type, checked_value(op.attrs[name], text, name))
-
-
-def _quantization(op: GraphOp, cls: type[Dequantize], **extra: Any) -> Any:
-    """The Dequantize/Quantize object of a graph op (INVALID if its attributes are not)."""
-    values: dict[str, Any] = dict(_QUANT_DEFAULTS)
-    for name, attr in op.attrs.items():
-        want = QUANT_ATTRS.get(name)
-        if want is None:
-            raise _invalid(f"op {op.id} ({op.kind}): unknown attribute {short(name)}")
-        if attr.type != want:
-            raise _invalid(
-                f"op {op.id} ({op.kind}): attribute {short(name)} expected type {want}, got {attr.type}"
-            )
-        values[name] = attr.value
-    if "scales" not in values:
-        raise _invalid(f"op {op.id} ({op.kind}): missing required attribute 'scales'")
-    try:
-        return cls(**values, **extra)
-    except (ValueError, TypeError) as e:
-        raise _invalid(f"op {op.id}: {e}") from None
-
-
-def _post_op(op: GraphOp) -> tuple[PostOp, bool]:
-    """(the PostOp of a graph op, whether its auto_broadcast is 'none')."""
-    spec = POST_OPS[op.kind]
-    attrs: dict[str, Any] = {}
-    strict_shapes = False
-    for name, attr in op.attrs.items():
-        if spec.is_binary and name == "auto_broadcast":
-            if attr.type != "string" or attr.value not in ("numpy", "none"):
-                raise _invalid(
-                    f"op {op.id} ({op.kind}): auto_broadcast expected 'numpy' or 'none', got {short(attr.value)}"
-                )
-            strict_shapes = attr.value == "none"
-            continue
-        if attr.type != "f32":
-            raise _invalid(
-                f"op {op.id} ({op.kind}): attribute {short(name)} expected type f32, got {attr.type}"
-            )
-        attrs[name] = float(attr.value)
-    try:
-        return PostOp(op.kind, **attrs), strict_shapes
-    except (ValueError, TypeError) as e:
-        raise _invalid(f"op {op.id}: {e}") from None
-
-
-@dataclass
-class _Input:
-    """A graph input of the pattern: the tensor, its role, and its producer's Dequantize."""
-
-    tensor: LogicalTensor
-    role: str
-    dequantize: Optional[GraphOp] = None
-
-
 def build(case: Case, graph: Graph, ov: Overrides) -> None:
     """Fill ``case`` from a graph of several ops, or raise CaseError (see the module docstring).
 
@@ -187,7 +97,7 @@ def build(case: Case, graph: Graph, ov: Overrides) -> None:
         if e.status == SKIPPED:
             kinds = ", ".join(op.kind for op in graph.ops[:MAX_OPS])
             more = ", ..." if len(graph.ops) > MAX_OPS else ""
-            raise _skip(f"the graph has {len(graph.ops)} ops ({kinds}{more}): {e.reason}") from None
+            raise skip(f"the graph has {len(graph.ops)} ops ({kinds}{more}): {e.reason}") from None
         raise
 
 
@@ -199,22 +109,22 @@ MAX_OPS = 4 + 2 * MAX_CHAIN + 1
 def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     for op in graph.ops:
         if op.kind not in GRAPH_OP_KINDS:
-            raise _invalid(
+            raise invalid(
                 f"unknown op kind {short(op.kind)} in op {op.id} (not a oneDNN Graph op)"
             )
     if len(graph.ops) > MAX_OPS:
-        raise _skip(f"a pattern has at most {MAX_OPS} ops")
+        raise skip(f"a pattern has at most {MAX_OPS} ops")
     copy = Graph([op.copy() for op in graph.ops])  # a copy the overrides can change
     ops = {op.id: op for op in copy.ops}
     convs = [op for op in copy.ops if op.kind in CONVT_KINDS]
     if [op.kind for op in convs] != ["ConvTranspose"]:
-        raise _skip(
+        raise skip(
             "the runner takes a single ConvTranspose op, or one ConvTranspose with the "
             "Dequantize, BiasAdd, post-op and Quantize ops the package fuses"
         )
     conv = convs[0]
     case.kind = conv.kind
-    _apply_op_attrs(ops, ov)
+    apply_op_attrs(ops, ov)
     check_attrs(conv)
 
     # (graph_json checked that a tensor has one producer and that there is no cycle)
@@ -222,35 +132,35 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     consumers: dict[int, list[tuple[GraphOp, int]]] = {}
     for op in copy.ops:
         if len(op.outputs) != 1:
-            raise _invalid(f"op {op.id} ({op.kind}) expected 1 output, got {len(op.outputs)}")
+            raise invalid(f"op {op.id} ({op.kind}) expected 1 output, got {len(op.outputs)}")
         tid = op.outputs[0].id
         producer[tid] = op
         for i, t in enumerate(op.inputs):
             consumers.setdefault(t.id, []).append((op, i))
     used = {conv.id}
 
-    def graph_input(t: LogicalTensor, role: str, dequantize_ok: bool) -> _Input:
+    def graph_input(t: LogicalTensor, role: str, dequantize_ok: bool) -> Input:
         p = producer.get(t.id)
         if p is None:
-            return _Input(t, role)
+            return Input(t, role)
         if p.kind == "Dequantize" and dequantize_ok:
             if len(p.inputs) != 1:
-                raise _invalid(f"op {p.id} (Dequantize) expected 1 input, got {len(p.inputs)}")
+                raise invalid(f"op {p.id} (Dequantize) expected 1 input, got {len(p.inputs)}")
             inner = producer.get(p.inputs[0].id)
             if inner is not None:
-                raise _skip(
+                raise skip(
                     f"the Dequantize (op {p.id}) of {role} takes the output of op {inner.id} ({inner.kind}); "
                     "a pattern dequantizes graph inputs only"
                 )
             used.add(p.id)
-            return _Input(p.inputs[0], role, p)
-        raise _skip(
+            return Input(p.inputs[0], role, p)
+        raise skip(
             f"{role} comes from op {p.id} ({p.kind}); in a pattern it is a graph input"
             + (" or a Dequantize of one" if dequantize_ok else "")
         )
 
     if not 2 <= len(conv.inputs) <= 3:
-        raise _invalid(
+        raise invalid(
             f"ConvTranspose expected 2 or 3 inputs (src, weights, bias), got {len(conv.inputs)}"
         )
     src = graph_input(conv.inputs[0], "src", True)
@@ -258,7 +168,7 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     bias = graph_input(conv.inputs[2], "bias", False) if len(conv.inputs) == 3 else None
     if (src.dequantize is None) != (weights.dequantize is None):
         which = "src" if src.dequantize is not None else "weights"
-        raise _skip(
+        raise skip(
             f"only {which} of the ConvTranspose is dequantized; an int8 pattern dequantizes both src and weights"
         )
     int8 = src.dequantize is not None
@@ -266,7 +176,7 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     # the chain after the ConvTranspose
     chain_kinds = ["ConvTranspose"]
     post_ops: list[PostOp] = []
-    operands: list[_Input] = []
+    operands: list[Input] = []
     strict_shapes: list[bool] = []
     quantize: Optional[GraphOp] = None
     bias_add = False
@@ -279,60 +189,60 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
             break
         if len(users) > 1:
             names = ", ".join(f"{op.id} ({op.kind})" for op, _ in users)
-            raise _skip(
+            raise skip(
                 f"tensor {cur.id} feeds {len(users)} ops ({names}); a pattern is a single chain"
             )
         nxt, index = users[0]
         if nxt.id in used:  # a cycle (graph_json rejects them; never loop on one)
-            raise _invalid(
+            raise invalid(
                 f"op {nxt.id} ({nxt.kind}) comes twice in the chain: the graph has a cycle"
             )
         used.add(nxt.id)
         if quantize is not None:
-            raise _skip(f"op {nxt.id} ({nxt.kind}) follows the Quantize; Quantize ends a pattern")
+            raise skip(f"op {nxt.id} ({nxt.kind}) follows the Quantize; Quantize ends a pattern")
         where = f"op {nxt.id} ({nxt.kind})"
         if nxt.kind == "BiasAdd":
             if post_ops or bias is not None:
-                raise _skip(
+                raise skip(
                     f"{where} comes after {'a post-op' if post_ops else 'the bias input'}; a BiasAdd directly follows a ConvTranspose without bias"
                 )
             if len(nxt.inputs) != 2 or index != 0:
-                raise _skip(
+                raise skip(
                     f"{where} expected the ConvTranspose's output on input 0 and the bias on input 1"
                 )
             df = nxt.attrs.get("data_format")
             conv_df = conv.attrs["data_format"].value if "data_format" in conv.attrs else "NXC"
             bias_df = df.value if df is not None else "NXC"
             if bias_df != conv_df:
-                raise _skip(
+                raise skip(
                     f"{where} has data_format {bias_df} and the ConvTranspose {conv_df}: the bias would run along another dim"
                 )
             bias = graph_input(nxt.inputs[1], "bias", False)
             bias_add = True
         elif nxt.kind == "Quantize":
             if not int8:
-                raise _skip(
+                raise skip(
                     f"{where} follows a float ConvTranspose; Quantize ends int8 patterns only"
                 )
             if len(nxt.inputs) != 1:
-                raise _invalid(f"{where} expected 1 input, got {len(nxt.inputs)}")
+                raise invalid(f"{where} expected 1 input, got {len(nxt.inputs)}")
             quantize = nxt
         elif nxt.kind in POST_OPS:
-            post_op, strict = _post_op(nxt)
+            post_op, strict = read_post_op(nxt)
             if post_op.is_binary:
                 if len(nxt.inputs) != 2:
-                    raise _invalid(f"{where} expected 2 inputs, got {len(nxt.inputs)}")
+                    raise invalid(f"{where} expected 2 inputs, got {len(nxt.inputs)}")
                 if index == 1 and nxt.kind not in COMMUTATIVE:
-                    raise _skip(
+                    raise skip(
                         f"{where} takes the chain on input 1: other {'-' if nxt.kind == 'Subtract' else '/'} chain, "
                         f"which the package's post-op (chain {'-' if nxt.kind == 'Subtract' else '/'} other) does not compute"
                     )
                 role = f"post_ops[{len(post_ops)}]"
                 operand = graph_input(nxt.inputs[1 - index], role, int8)
                 if operand.dequantize is not None:
-                    deq = _quantization(operand.dequantize, Dequantize)
+                    deq = quantization(operand.dequantize, Dequantize)
                     if deq.qtype != "per_tensor":
-                        raise _skip(
+                        raise skip(
                             f"the Dequantize (op {operand.dequantize.id}) of {role} is {deq.qtype}; the package fuses per-tensor ones"
                         )
                     post_op = PostOp(
@@ -341,10 +251,10 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
                 operands.append(operand)
                 strict_shapes.append(strict)
             elif len(nxt.inputs) != 1:
-                raise _invalid(f"{where} expected 1 input, got {len(nxt.inputs)}")
+                raise invalid(f"{where} expected 1 input, got {len(nxt.inputs)}")
             post_ops.append(post_op)
         else:
-            raise _skip(
+            raise skip(
                 f"{where} follows the ConvTranspose; a pattern continues with BiasAdd, a post-op "
                 f"({', '.join(POST_OPS)}) or Quantize"
             )
@@ -355,9 +265,9 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     unused = [op for op in copy.ops if op.id not in used]
     if unused:
         names = ", ".join(f"{op.id} ({op.kind})" for op in unused)
-        raise _skip(f"op(s) {names} are not part of the ConvTranspose's chain")
+        raise skip(f"op(s) {names} are not part of the ConvTranspose's chain")
     if len(post_ops) > MAX_CHAIN:
-        raise _skip(
+        raise skip(
             f"{len(post_ops)} post-ops; oneDNN 3.2 fuses at most {MAX_CHAIN} after a ConvTranspose"
         )
 
@@ -366,14 +276,14 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     dst_q = None
     if int8:
         assert src.dequantize is not None and weights.dequantize is not None
-        src_dq = _quantization(src.dequantize, Dequantize)
-        weights_dq = _quantization(weights.dequantize, Dequantize)
+        src_dq = quantization(src.dequantize, Dequantize)
+        weights_dq = quantization(weights.dequantize, Dequantize)
         if src_dq.qtype != "per_tensor":
-            raise _skip(
+            raise skip(
                 f"the Dequantize of src (op {src.dequantize.id}) is per_channel; the library fuses per-tensor ones"
             )
         if any(weights_dq.zps):
-            raise _skip(
+            raise skip(
                 f"the Dequantize of weights (op {weights.dequantize.id}) has zero points {list(weights_dq.zps)}; "
                 "oneDNN 3.2 fuses weights without zero points only"
             )
@@ -383,7 +293,7 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     # shapes, memory orders and dtypes after the overrides
     by_id = {i.tensor.id: i for i in inputs}
     if len(by_id) != len(inputs):
-        raise _skip("one graph input feeds several ops of the pattern")
+        raise skip("one graph input feeds several ops of the pattern")
     shape = {i.tensor.id: list(i.tensor.shape) for i in inputs}
     order = {i.tensor.id: stride_order(i.tensor.stride, len(i.tensor.shape)) for i in inputs}
     apply_in_shapes(ov, list(by_id), shape, order)
@@ -402,16 +312,16 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
     }
     for tid, dt in ov.dt_ids:
         if tid not in dtype:
-            raise _invalid(f"--dt: no tensor with id {tid}")
+            raise invalid(f"--dt: no tensor with id {tid}")
         dtype[tid] = dt
     for given in inputs:
         if any(d < 0 for d in shape[given.tensor.id]):
-            raise _invalid(
+            raise invalid(
                 f"input {given.tensor.id} ({given.role}) has an unknown shape {shape[given.tensor.id]}; every input shape must be known"
             )
-    _check_dtypes(int8, inputs, chain_tensors, dtype, quantize)
+    check_dtypes(int8, inputs, chain_tensors, dtype, quantize)
     if quantize is not None:
-        dst_q = _quantization(quantize, Quantize, dtype=dtype[final.id])
+        dst_q = quantization(quantize, Quantize, dtype=dtype[final.id])
     by_role = {"src": shape[src.tensor.id], "weights": shape[weights.tensor.id]}
     if bias is not None:
         by_role["bias"] = shape[bias.tensor.id]
@@ -431,12 +341,12 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
         for operand, strict in zip(operands, strict_shapes):
             got = tuple(shape[operand.tensor.id])
             if strict and got != out_shape:
-                raise _invalid(
+                raise invalid(
                     f"{operand.role} has shape {list(got)} and auto_broadcast 'none', but the chain's shape is {list(out_shape)}"
                 )
             full = (1,) * (len(out_shape) - len(got)) + got
             if len(got) > len(out_shape) or any(a not in (1, b) for a, b in zip(full, out_shape)):
-                raise _invalid(
+                raise invalid(
                     f"{operand.role} has shape {list(got)}, which does not broadcast to the chain's shape {list(out_shape)} "
                     "(a post-op's tensor must not change dst's shape)"
                 )
@@ -447,14 +357,14 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
                     if t is final
                     else f"tensor {t.id} (the output of op {maker.id}, {maker.kind})"
                 )
-                raise _invalid(
+                raise invalid(
                     f"{what} has shape {list(t.shape)} in the JSON; the inputs and attributes give {list(out_shape)}"
                 )
     if not ov.reshapes:
         for given in inputs:
             deq = given.dequantize
             if deq is not None and shape_differs(deq.outputs[0].shape, deq.inputs[0].shape):
-                raise _invalid(
+                raise invalid(
                     f"the Dequantize (op {deq.id}) of {given.role} has input shape {deq.inputs[0].shape} "
                     f"and output shape {deq.outputs[0].shape} in the JSON; Dequantize keeps the shape"
                 )
@@ -484,62 +394,3 @@ def _build(case: Case, graph: Graph, ov: Overrides) -> None:
         dst_quantize=dst_q,
         bias_add=bias_add,
     )
-
-
-def _check_dtypes(
-    int8: bool,
-    inputs: list[_Input],
-    chain: list[LogicalTensor],
-    dtype: dict[int, str],
-    quantize: Optional[GraphOp],
-) -> None:
-    """INVALID (or SKIPPED) unless the tensors' dtypes fit the pattern (spec 6)."""
-    final = chain[-1]
-    if not int8:
-        tensors = [(i.role, i.tensor.id) for i in inputs] + [
-            (f"tensor {t.id}", t.id) for t in chain
-        ]
-        codes = {dtype[tid] for _, tid in tensors}
-        for role, tid in tensors:
-            if dtype[tid] not in FLOAT_CODES:
-                raise _invalid(
-                    f"{role} has dtype {dtype[tid]}; a float pattern takes f32, bf16 or f16"
-                )
-        if len(codes) > 1:
-            got = ", ".join(f"{r}={dtype[t]}" for r, t in tensors)
-            raise _invalid(f"every tensor of a float pattern must have one dtype, got {got}")
-        return
-    for i in inputs:
-        dt = dtype[i.tensor.id]
-        if i.dequantize is not None:
-            deq_out = i.dequantize.outputs[0].id
-            if dt not in INT8_CODES:
-                raise _invalid(
-                    f"{i.role} is dequantized and has dtype {dt}; Dequantize takes u8 or s8"
-                )
-            if dtype[deq_out] not in FLOAT_CODES:
-                raise _invalid(
-                    f"the Dequantize (op {i.dequantize.id}) of {i.role} gives {dtype[deq_out]}; Dequantize gives f32"
-                )
-            if dtype[deq_out] != "f32":
-                raise _skip(
-                    f"the Dequantize of {i.role} gives {dtype[deq_out]}; the package's int8 ops compute in f32"
-                )
-        elif dt != "f32":
-            raise _invalid(
-                f"{i.role} has dtype {dt}; in an int8 pattern it is f32 (or u8/s8 through a Dequantize)"
-            )
-    inner = chain[:-1] if quantize is not None else chain
-    for t in inner:
-        if dtype[t.id] not in FLOAT_CODES:
-            raise _invalid(
-                f"tensor {t.id} of the chain is {dtype[t.id]}; the ConvTranspose and its post-ops give f32, bf16 or f16"
-            )
-        if dtype[t.id] != "f32":
-            raise _skip(
-                f"tensor {t.id} of the chain is {dtype[t.id]}; the package's int8 ops compute in f32"
-            )
-    if quantize is not None and dtype[final.id] not in INT8_CODES:
-        raise _invalid(
-            f"the Quantize output {final.id} has dtype {dtype[final.id]}; Quantize gives u8 or s8"
-        )

@@ -147,7 +147,8 @@ class ConformanceItem(pytest.Item):
 
     def runtest(self) -> None:
         """Run the case; fail unless it passed (skip SKIPPED and UNSUPPORTED)."""
-        from .runner import PASSED, UNSUPPORTED, run_case
+        from .judge import PASSED, UNSUPPORTED
+        from .runner import run_case
 
         config = self.config
         self.result = r = run_case(

@@ -22,7 +22,7 @@ import xml.etree.ElementTree as ET
 from typing import IO, Any, Optional, Sequence
 
 from .model import ERROR, INVALID, SKIPPED
-from .runner import FAILED, PASSED, UNSUPPORTED, Result
+from .judge import FAILED, PASSED, UNSUPPORTED, Result
 
 
 def category(result: Result, fail_on_unsupported: bool = False) -> str:
