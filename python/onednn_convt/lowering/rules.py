@@ -13,56 +13,22 @@
    (SSE4.1, AVX) or the configuration, and for the routes a guard forces (those leave one
    candidate, so the table never sees them).
 
-Every choice below computes the same op; they differ in the kernels and reorders oneDNN 3.2
-picks for them. The figures below were measured side by side on the models suite (by a
-script since replaced by ``onednn-convt tune --retune --json FILE``, which times every
-candidate of each configuration the same way, on the CPU at hand):
+Every choice computes the same op; they differ in the kernels and reorders oneDNN 3.2 picks
+for them. The fallback rules, in short (the measurements behind each are in
+``benchmarks/NOTES.md``, "The fallback rules"):
 
 - ConvTranspose with groups 1 and no bias runs as the library's ``ConvolutionBackwardData``
-  (:func:`forward_kind`): the backward data of the convolution it transposes, on the same
-  weights memory (IOX read as OIX, XOI as XIO) with ``dst_shape`` giving the output size
-  (output_padding included). oneDNN 3.2 runs the same kernels either way (bit-identical
-  results); its ConvTranspose wraps them in a deconvolution and costs about 2 us more per
-  call (native loop on ``tiny``: 4.5 against 6.8 us). Our out= call took 0.76-0.82x the
-  ConvTranspose time on ``tiny`` (f32, bf16; NCX, NXC) and 0.73-1.13x on the models and
-  sweep suites (geometric mean 0.99 over 76 configurations, within noise). That
-  op has no bias input, and with groups oneDNN 3.2 rejects it (``invalid_shape``), so those
-  keep ``ConvTranspose``.
-- Otherwise ConvTranspose runs as the library's ``ConvTranspose`` (or as ``MatMul`` +
-  overlap-add for large 1-D kernels, :mod:`onednn_convt.matmul_lowering`), except a depthwise
-  one (one input and one output channel per group) with every stride 1: that is a forward
-  ``Convolution`` over the spatially flipped weights with pads ``d*(k-1) - pb`` and
-  ``d*(k-1) - pe``, which oneDNN 3.2 runs on its depthwise convolution kernels where its
-  ConvTranspose takes a generic deconvolution path. On the models suite's depthwise layer
-  (8x128x32x32, k3 s1 p1), library execute time, Sapphire Rapids, 2 threads, under every
-  ``ONEDNN_MAX_CPU_ISA`` from AVX2 to AMX: NXC 0.08-0.13x (f32) and 0.015-0.04x (bf16) of
-  the ConvTranspose time, NCX 0.31-0.35x (f32) and 0.035-0.06x (bf16); with a fused
-  post-op the ConvTranspose kernel slows a further 2-10x (19-29 ms) while the Convolution's
-  does not (:mod:`onednn_convt.fusion` builds its graph on the same Convolution). An
-  earlier measurement on a Zen4 CPU (avx512_core_bf16) had found NCX 1.2-2x slower this
-  way, NXC 0.37x (f32) and 0.50x (bf16); it predates the per-ISA measurement and is not
-  re-checked there. The flipped weights are copied each call into
-  an array kept per thread and plan (small: one input and one output channel per group), so
-  calls with out= allocate nothing. Dense and grouped stride-1 layers measured
-  0.6-1.4x either way (Zen4), so they keep the rules above.
-- ConvTransposeBackwardData runs as ``MatMul`` over frames of diff_dst for large 1-D kernels
-  (:mod:`onednn_convt.matmul_lowering`); otherwise as the library's forward ``Convolution`` over the same
-  weights memory (IOX read as OIX, XOI as XIO; spec D9), which handles dilations, except
-  where :func:`backward_data_kind` picks the library's own ``ConvTransposeBackwardData``:
-  every dilation 1 (oneDNN 3.2 drops dilations there) and either one spatial dim or NCX.
-  Measured side by side on the models suite (AVX-512 machine, 2 threads, f32 and bf16), the
-  library's op took 0.24-0.38x the Convolution lowering's time in 1-D (gemm-based kernels)
-  and 0.42-1.07x in 2-D/3-D NCX (geometric mean 0.83x: no activation reorders); in 2-D/3-D
-  NXC it took 0.88-2.8x, so there the Convolution lowering stays (its kernels read NXC).
-- ConvTransposeBackwardWeights runs as the library's ``ConvTransposeBackwardWeights``, except
-  in 2-D and 3-D NXC (:func:`backward_weights_kind`), where it runs as the backward-weights of
-  the convolution that BackwardData is (spec D9): ``ConvolutionBackwardWeights`` with src =
-  diff_dst, diff_dst = src and the weights read as OIX (IOX) or XIO (XOI). oneDNN 3.2 runs
-  that on NXC activations directly (ConvTransposeBackwardWeights reorders both to blocked
-  layouts): on the models suite 0.16-0.26x the time on the depthwise layer, 0.38-0.74x on the
-  3-D layer, 0.53-1.0x on the DCGAN layers, 0.86x on U-Net bf16, but 1.6x on U-Net f32
-  (geometric mean over the ten 2-D/3-D NXC configurations 0.62x). In NCX it measured
-  1.0-2.3x slower, in 1-D 0.84-1.7x, so those keep the library's op.
+  (:func:`forward_kind`) on the same weights memory: the same kernels, one wrapper less.
+  With a bias or groups (which that op lacks or rejects) it stays ``ConvTranspose``; large
+  1-D kernels run as ``MatMul`` + overlap-add (:mod:`.matmul_lowering`).
+- A depthwise ConvTranspose with every stride 1 runs as a forward ``Convolution`` over the
+  spatially flipped weights, on oneDNN's depthwise convolution kernels.
+- ConvTransposeBackwardData runs as ``MatMul`` over frames for large 1-D kernels, else as the
+  library's forward ``Convolution`` on the same weights memory (spec D9), except where
+  :func:`backward_data_kind` keeps the library's own op (no dilation, and 1-D or NCX).
+- ConvTransposeBackwardWeights runs as the library's op, except in 2-D and 3-D NXC
+  (:func:`backward_weights_kind`): ``ConvolutionBackwardWeights`` of the convolution that
+  BackwardData is, which reads NXC activations without reorders.
 """
 
 from __future__ import annotations
