@@ -1,4 +1,4 @@
-"""Type stubs of the native module (src/cpp/module.cpp)."""
+"""Type stubs of the native module (src/cpp/module.cpp and the register_*.cpp it calls)."""
 
 from typing import Any, Sequence, Union
 
@@ -9,6 +9,8 @@ AttrValue = Union[int, float, str, Sequence[int], Sequence[float]]
 NodeDesc = tuple[str, dict[str, AttrValue], Sequence[int], TensorDesc]  # kind, attrs, inputs, output
 
 class SignatureMismatch(Exception): ...
+
+def set_error_types(onednn_error: type[BaseException], unsupported_error: type[BaseException]) -> None: ...
 
 class CompiledOp:
     @property

@@ -27,6 +27,7 @@ import os
 
 from . import omp
 from ._loader import preload
+from .errors import OneDNNError, UnsupportedError
 
 #: the oneDNN library file loaded (a path, or the bare name found on the loader's path)
 LIBDNNL_PATH = preload()
@@ -40,6 +41,9 @@ except ImportError as e:  # pragma: no cover - depends on the install
         "ONEDNN_CONVT_LIBDNNL to your libdnnl.so.3."
     )
     raise
+
+# oneDNN's failures are raised as the package's exceptions, carrying its status
+_core.set_error_types(OneDNNError, UnsupportedError)
 
 # the core's entry points (documented in _core.pyi)
 CompiledOp = _core.CompiledOp

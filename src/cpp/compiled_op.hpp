@@ -52,7 +52,7 @@ struct OpSpec {
     // Inputs whose values the caller promises never change: the library reorders them on
     // the first run only and keeps the result in its constant tensor cache, which belongs
     // to the compiled partition. So an op with constant inputs serves one set of values:
-    // module.cpp compiles it outside PartitionCache, and CompiledOp gives its logical
+    // register_compiled_op.cpp compiles it outside PartitionCache, and CompiledOp gives its logical
     // tensors ids no other compile uses.
     std::vector<size_t> constant_inputs;
     // Empty: one op `kind` over `inputs`. Else the graph these nodes make, which must compile

@@ -1,0 +1,44 @@
+// What the binding's files share: the Python-facing compiled op, and the registration of
+// each concern on the module (module.cpp calls them in order).
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiled_op.hpp"
+
+namespace onednn_convt {
+
+namespace py = pybind11;
+
+// Bytes per element of a dtype code ("f32", "bf16", "f16", "u8", "s8", "s32").
+inline size_t itemsize_of(const std::string &dtype) {
+    if (dtype == "u8" || dtype == "s8") return 1;
+    return (dtype == "bf16" || dtype == "f16") ? 2 : 4;
+}
+
+// A compiled op as Python holds it: runs on arrays checked against its compiled layout.
+struct PyCompiledOp {
+    std::shared_ptr<const CompiledOp> op;
+
+    std::vector<void *> pointers(const py::sequence &inputs) const;
+    void execute(const py::sequence &inputs, const py::array &output) const;
+    double time_loop(const py::sequence &inputs, const py::array &output, int64_t iterations) const;
+};
+
+// The package's exception types for library failures, given by the Python layer
+// (onednn_convt.native) and raised for dnnl::error; until then a RuntimeError.
+void register_errors(py::module_ &m);
+// CompiledOp and compile().
+void register_compiled_op(py::module_ &m);
+// Executor and SignatureMismatch: the per-call fast path.
+void register_executor(py::module_ &m);
+// Conversions, staging memory, caches, version, DLPack, the dispatch ISA.
+void register_utilities(py::module_ &m);
+
+}  // namespace onednn_convt

@@ -1,0 +1,257 @@
+// Executor: the per-call fast path of one op object (see the struct's comment).
+#include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "gil.hpp"
+#include "staging.hpp"
+
+namespace onednn_convt {
+namespace {
+
+// Raised by Executor when the arrays are not the ones it was made for; the Python layer
+// then takes its full path (checks, planning, messages). Never seen by users.
+struct SignatureMismatch : std::exception {
+    const char *what() const noexcept override { return "arrays differ from the plan"; }
+};
+
+// The per-call fast path of one op object: a compiled op plus the NumPy dtypes it was
+// planned for. It runs only arrays that match the plan exactly (dtype, shape, strides,
+// alignment, no overlap between out and the inputs) and allocates the output itself.
+// `order` maps the library's inputs to the call's (a lowering may swap them); a call input
+// in no order entry (a fused call's missing bias) must be None.
+// With finite_code set ("bf16"/"f16"), a result holding an Inf or NaN also raises
+// SignatureMismatch after the run, so that the Python layer redoes the call its own way
+// (oneDNN 3.2's native low-precision kernels spread non-finite values; see ops.py).
+// With emulated set ("bf16"/"f16"), the compiled op is the f32 one of an emulated plan
+// (dense inputs and output): the call's dense bf16/f16 arrays are converted into the
+// thread's staging memory, run in f32 and the result rounded into the output.
+struct Executor {
+    PyCompiledOp compiled;
+    std::vector<py::dtype> input_dtypes;
+    std::vector<size_t> order;  // library input i is the call's input order[i]
+    size_t call_size;  // the call's inputs, those in `order` and `unused` ones, which must be None
+    std::vector<size_t> unused;
+    py::dtype output_dtype;
+    bool dense_output;  // whether an output it allocates (C order) matches the compiled one
+    std::string finite_code;
+    std::string emulated;  // "", or the call's dtype code when the op runs in f32
+    // emulated: element counts of the inputs and the output, and their offsets (in floats,
+    // 64-byte aligned) in the staging memory, which holds `staged_total` floats
+    std::vector<size_t> staged_sizes, staged_offsets;
+    size_t staged_total = 0;
+
+    void plan_staging() {
+        const auto &spec = compiled.op->spec();
+        auto add = [&](const TensorDesc &d) {
+            size_t n = 1;
+            for (auto x : d.shape) n *= static_cast<size_t>(x);
+            staged_sizes.push_back(n);
+            staged_offsets.push_back(staged_total);
+            staged_total += aligned_floats(n);
+        };
+        for (const auto &d : spec.inputs) add(d);
+        add(spec.output);
+    }
+
+    static bool is_dense(const TensorDesc &d) {
+        int64_t step = 1;
+        for (size_t i = d.shape.size(); i-- > 0;) {
+            if (d.shape[i] != 1 && d.strides[i] != step) return false;
+            step *= d.shape[i];
+        }
+        return true;
+    }
+
+    static bool matches(const py::handle &h, const py::dtype &dtype, const TensorDesc &d) {
+        if (!py::isinstance<py::array>(h)) return false;
+        auto a = py::reinterpret_borrow<py::array>(h);
+        if (static_cast<size_t>(a.ndim()) != d.shape.size() || !a.dtype().equal(dtype)) return false;
+        const auto item = a.itemsize();
+        for (size_t i = 0; i < d.shape.size(); ++i)
+            if (a.shape(i) != d.shape[i] || a.strides(i) != d.strides[i] * item) return false;
+        return reinterpret_cast<uintptr_t>(a.data()) % item == 0;
+    }
+
+    static std::pair<uintptr_t, uintptr_t> extent(const py::array &a) {
+        auto lo = reinterpret_cast<uintptr_t>(a.data()), hi = lo + a.itemsize();
+        for (py::ssize_t i = 0; i < a.ndim(); ++i) hi += (a.shape(i) - 1) * a.strides(i);
+        return {lo, hi};  // strides are positive here (checked at planning)
+    }
+
+    py::array run(const py::tuple &inputs, const py::object &out) const {
+        const auto &spec = compiled.op->spec();
+        if (inputs.size() != call_size) throw SignatureMismatch();
+        for (size_t i : unused)  // an input this plan was made without (a bias, say)
+            if (!inputs[i].is_none()) throw SignatureMismatch();
+        std::vector<void *> ptrs(order.size());
+        for (size_t i = 0; i < order.size(); ++i) {
+            const auto h = inputs[order[i]];
+            if (!matches(h, input_dtypes[i], spec.inputs[i])) throw SignatureMismatch();
+            ptrs[i] = const_cast<void *>(py::reinterpret_borrow<py::array>(h).data());
+        }
+        py::array result;
+        if (out.is_none()) {
+            if (!dense_output) throw SignatureMismatch();
+            result = py::array(output_dtype, spec.output.shape);
+        } else {
+            if (!matches(out, output_dtype, spec.output)) throw SignatureMismatch();
+            result = py::reinterpret_borrow<py::array>(out);
+            if (!result.writeable()) throw SignatureMismatch();
+            auto [lo, hi] = extent(result);
+            for (size_t i : order) {
+                auto [a, b] = extent(py::reinterpret_borrow<py::array>(inputs[i]));
+                if (a < hi && lo < b) throw SignatureMismatch();
+            }
+        }
+        if (!emulated.empty()) {
+            run_emulated(ptrs, static_cast<uint16_t *>(result.mutable_data()));
+            return result;
+        }
+        void *dst = result.mutable_data();
+        const auto size = static_cast<size_t>(result.size());
+        const bool finite = without_gil([&] {
+            compiled.op->execute(ptrs, dst);
+            return finite_code.empty() || all_finite_16(static_cast<const uint16_t *>(dst), size, finite_code);
+        });
+        if (!finite) throw SignatureMismatch();
+        return result;
+    }
+
+    // The same run on raw addresses (integers) in the call's order, 0 for None, into a
+    // dense output the caller allocated at `out`. Nothing here can check what the memory
+    // holds: the caller vouches that each address starts memory laid out as compiled (the
+    // torch path keys its executors on the tensors' shapes, strides and dtypes). Alignment,
+    // the inputs that must be None and the output's density are checked (SignatureMismatch).
+    void run_pointers(const std::vector<uintptr_t> &inputs, uintptr_t out) const {
+        const auto &spec = compiled.op->spec();
+        if (inputs.size() != call_size || !dense_output || out == 0) throw SignatureMismatch();
+        for (size_t i : unused)
+            if (inputs[i] != 0) throw SignatureMismatch();
+        std::vector<void *> ptrs(order.size());
+        for (size_t i = 0; i < order.size(); ++i) {
+            const uintptr_t p = inputs[order[i]];
+            const size_t item = emulated.empty() ? itemsize_of(spec.inputs[i].dtype) : 2;
+            if (p == 0 || p % item != 0) throw SignatureMismatch();
+            ptrs[i] = reinterpret_cast<void *>(p);
+        }
+        const size_t out_item = emulated.empty() ? itemsize_of(spec.output.dtype) : 2;
+        if (out % out_item != 0) throw SignatureMismatch();
+        void *dst = reinterpret_cast<void *>(out);
+        size_t size = 1;
+        for (auto n : spec.output.shape) size *= static_cast<size_t>(n);
+        if (!emulated.empty()) {
+            run_emulated(ptrs, static_cast<uint16_t *>(dst));
+            return;
+        }
+        const bool finite = without_gil([&] {
+            compiled.op->execute(ptrs, dst);
+            return finite_code.empty() || all_finite_16(static_cast<const uint16_t *>(dst), size, finite_code);
+        });
+        if (!finite) throw SignatureMismatch();
+    }
+
+    // Converts the inputs (at ptrs) to f32, runs the f32 op and rounds into dst (dense).
+    void run_emulated(const std::vector<void *> &ptrs, uint16_t *dst) const {
+        const LowType type = emulated == "f16" ? LowType::f16 : LowType::bf16;
+        const auto &sizes = staged_sizes, &offsets = staged_offsets;
+        without_gil([&] {
+            Staging &staging = Staging::local();
+            float *base = staging.get(staged_total);
+            std::vector<void *> f32(ptrs.size());
+            for (size_t i = 0; i < ptrs.size(); ++i) {
+                f32[i] = base + offsets[i];
+                low_to_f32(static_cast<const uint16_t *>(ptrs[i]), base + offsets[i], sizes[i], type);
+            }
+            float *out = base + offsets.back();
+            try {
+                compiled.op->execute(f32, out);
+            } catch (...) {
+                staging.release();
+                throw;
+            }
+            f32_to_low(out, dst, sizes.back(), type);
+            staging.release();
+        });
+    }
+};
+
+}  // namespace
+
+void register_executor(py::module_ &m) {
+    py::register_exception<SignatureMismatch>(m, "SignatureMismatch");
+    py::class_<Executor>(m, "Executor")
+            .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out,
+                             std::string finite_code, std::vector<size_t> order, std::string emulated,
+                             size_t call_size) {
+                     const auto &spec = c.op->spec();
+                     if (in.size() != spec.inputs.size())
+                         throw std::invalid_argument("Executor: one dtype per input expected");
+                     if (order.empty())
+                         for (size_t i = 0; i < in.size(); ++i) order.push_back(i);
+                     if (order.size() != in.size())
+                         throw std::invalid_argument("Executor: one order entry per input expected");
+                     if (call_size == 0) call_size = order.size();
+                     // each of the call's inputs taken at most once, none out of range
+                     std::vector<bool> seen(call_size, false);
+                     for (size_t k : order) {
+                         if (k >= call_size || seen[k])
+                             throw std::invalid_argument("Executor: order must take each call input at most once");
+                         seen[k] = true;
+                     }
+                     std::vector<size_t> unused;
+                     for (size_t k = 0; k < call_size; ++k)
+                         if (!seen[k]) unused.push_back(k);
+                     const bool dense = Executor::is_dense(spec.output);
+                     if (!emulated.empty()) {
+                         // f32 op, dense tensors; the call's arrays are all of the emulated type
+                         if ((emulated != "bf16" && emulated != "f16") || !finite_code.empty())
+                             throw std::invalid_argument("Executor: emulated must be 'bf16' or 'f16', without finite_code");
+                         if (!fast_conversion())
+                             throw std::invalid_argument("Executor: emulation needs AVX2 and F16C");
+                         // f16 is NumPy's half (type number 23); bf16 is another 2-byte type
+                         auto of_type = [&](const py::dtype &d) {
+                             return d.itemsize() == 2 && (d.num() == 23) == (emulated == "f16");
+                         };
+                         bool ok = dense && spec.output.dtype == "f32" && of_type(out);
+                         for (size_t i = 0; i < in.size(); ++i)
+                             ok = ok && spec.inputs[i].dtype == "f32" && Executor::is_dense(spec.inputs[i]) &&
+                                  of_type(in[i]);
+                         if (!ok)
+                             throw std::invalid_argument("Executor: emulation needs a dense f32 op and 16-bit arrays");
+                     } else {
+                         // the item sizes must be the compiled ones: the pointers go to oneDNN as is
+                         for (size_t i = 0; i < in.size(); ++i)
+                             if (static_cast<size_t>(in[i].itemsize()) != itemsize_of(spec.inputs[i].dtype))
+                                 throw std::invalid_argument("Executor: an input dtype differs from the compiled one");
+                         if (static_cast<size_t>(out.itemsize()) != itemsize_of(spec.output.dtype))
+                             throw std::invalid_argument("Executor: the output dtype differs from the compiled one");
+                     }
+                     if (!finite_code.empty() &&
+                         (!dense || (finite_code != "bf16" && finite_code != "f16") || out.itemsize() != 2))
+                         throw std::invalid_argument("Executor: finite_code needs a dense bf16 or f16 output");
+                     Executor e{c, std::move(in), std::move(order), call_size, std::move(unused), std::move(out),
+                                dense, std::move(finite_code), std::move(emulated), {}, {}, 0};
+                     if (!e.emulated.empty()) e.plan_staging();
+                     return e;
+                 }),
+                 py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"),
+                 py::arg("finite_code") = "", py::arg("order") = std::vector<size_t>{},
+                 py::arg("emulated") = "", py::arg("call_size") = 0)
+            .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
+                 "Run on arrays matching the plan exactly, else raise SignatureMismatch.")
+            .def("run_pointers", &Executor::run_pointers, py::arg("inputs"), py::arg("out"),
+                 "Run on raw addresses laid out as compiled (0: None) into a dense output at `out`;\n"
+                 "misaligned addresses, or an input given that the plan was made without, raise\n"
+                 "SignatureMismatch, as does a guarded result holding an Inf or NaN (after the run).")
+            .def_property_readonly("output_shape", [](const Executor &e) { return e.compiled.op->spec().output.shape; })
+            .def_property_readonly("dense_output", [](const Executor &e) { return e.dense_output; });
+}
+
+}  // namespace onednn_convt

@@ -1,0 +1,71 @@
+// The module's utilities: conversions, staging memory, caches, version, DLPack, the ISA.
+#include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <string>
+
+#include "oneapi/dnnl/dnnl.hpp"
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "dlpack.hpp"
+#include "partition_cache.hpp"
+#include "staging.hpp"
+
+namespace onednn_convt {
+
+void register_utilities(py::module_ &m) {
+    m.def(
+            "convert",
+            [](const py::array &src, const std::string &src_code, py::array dst,
+               const std::string &dst_code) {
+                return convert(src, src_code, dst, dst_code);
+            },
+            py::arg("src"), py::arg("src_code"), py::arg("dst"), py::arg("dst_code"),
+            "Convert C-contiguous src into dst (same size) between f32 and bf16/f16, rounding\n"
+            "to nearest even. Returns False (and does nothing) where this CPU lacks F16C/AVX2.");
+
+    m.attr("fast_conversion") = fast_conversion();
+    m.def("staging_bytes", [] { return Staging::local().capacity(); },
+          "Bytes of f32 staging memory the calling thread keeps for emulated calls.");
+    m.def("clear_staging", [] { Staging::local().clear(); },
+          "Free the calling thread's f32 staging memory.");
+
+    m.def("all_finite", &all_finite, py::arg("array"), py::arg("code"),
+          "Whether an aligned C-contiguous bf16 (code 'bf16') or f16 array holds no Inf or NaN.");
+
+    m.def("cache_info", [] {
+        auto i = global_cache().info();
+        py::dict d;
+        d["hits"] = i.hits;
+        d["misses"] = i.misses;
+        d["size"] = i.size;
+        d["capacity"] = i.capacity;
+        return d;
+    });
+    m.def("set_cache_capacity", [](size_t n) { global_cache().set_capacity(n); }, py::arg("capacity"));
+    m.def("clear_cache", [] { global_cache().clear(); });
+
+    m.def("version", [] {
+        const dnnl_version_t *v = dnnl::version();
+        py::dict d;
+        d["major"] = v->major;
+        d["minor"] = v->minor;
+        d["patch"] = v->patch;
+        d["hash"] = std::string(v->hash);
+        d["cpu_runtime"] = v->cpu_runtime;
+        return d;
+    });
+    m.def("dlpack_import", &dlpack_import, py::arg("capsule"), py::arg("dtype_for"),
+          "Consume a DLPack capsule: (array viewing its memory or None off the CPU, read_only,\n"
+          "device_type, versioned). dtype_for(code, bits, lanes) returns the NumPy dtype or raises.");
+    m.def("dlpack_export", &dlpack_export, py::arg("array"), py::arg("code"), py::arg("bits"),
+          "A 'dltensor' capsule viewing `array` (kept alive by it), of DLPack type (code, bits).");
+    m.def("cpu_isa", [] { return static_cast<int>(dnnl::get_effective_cpu_isa()); });
+    m.def("library_entered", &library_entered,
+          "Whether any thread of this process (or of the parent it was forked from) has compiled or run\n"
+          "an op: the OpenMP thread pools a forked child cannot use may exist.");
+}
+
+}  // namespace onednn_convt
