@@ -221,3 +221,19 @@ def test_functional_forms_accept_list_attributes():
     attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.attrs().items()}
     got = oc.conv_transpose(t["src"], t["weights"], **attrs)
     assert_close(got, cfg.ref_forward(t["src"], t["weights"]), "f32", cfg.fwd_reduction)
+
+
+@pytest.mark.parametrize("cls", [oc.ConvTranspose, oc.ConvTransposeBackwardData, oc.ConvTransposeBackwardWeights],
+                         ids=lambda c: c.__name__)
+def test_constructor_defaults_are_the_schemas(cls):
+    """The schema (onednn_convt.schema.OP_ATTRIBUTES) holds each attribute's default; the
+    op constructors' keyword defaults and the docstring say the same."""
+    from onednn_convt import schema
+
+    params = inspect.signature(cls.__init__).parameters
+    for a in schema.OP_ATTRIBUTES[cls.op_name]:
+        assert a.name in params, f"{cls.__name__} takes no {a.name}"
+        assert params[a.name].default == a.default, f"{cls.__name__}({a.name}=...) defaults to {params[a.name].default!r}, the schema to {a.default!r}"
+        if a.default is not None and a.kind == "string":
+            assert f'"{a.default}" (default)' in cls.__doc__, f"{cls.__name__}'s docstring does not give {a.name}'s default"
+    assert cls().attrs == schema.normalize(cls.op_name, {}), "an op built with no argument has the schema's attributes"
