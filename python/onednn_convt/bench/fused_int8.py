@@ -140,10 +140,12 @@ def _torch_int8(
     with _quiet_quantized():
         m = module(lay.ic, lay.oc, lay.kernel, stride=lay.stride, padding=lay.pad, groups=lay.groups)
         w = torch_weights(torch, torch.from_numpy(w_s8), inp.cfg.weights_format == "XOI", rank).contiguous()
-        qw = torch._make_per_tensor_quantizedtensor(w, s_w, 0)
+        # the integers as quantized tensors of the same values (public API: quantize their
+        # real values, which are exact multiples of the scale)
+        qw = torch.quantize_per_tensor(w.float() * s_w, s_w, 0, torch.qint8)
         m.set_weight_bias(qw, torch.from_numpy(bias))
         m.scale, m.zero_point = s_dst, 0
-        x = torch._make_per_tensor_quantizedtensor(torch.from_numpy(src_u8), s_src, 0)
+        x = torch.quantize_per_tensor(torch.from_numpy(src_u8).float() * s_src, s_src, 0, torch.quint8)
         qx = torch_activation(torch, x, nxc, rank)
     torch.backends.quantized.engine = before
     relu = torch.relu
