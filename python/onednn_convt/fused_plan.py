@@ -16,7 +16,7 @@ from . import lowering as lowering_rules
 from .errors import OneDNNError, UnsupportedError
 from .fusion import F32, Core, Fusion, graph_nodes, make_core, staged_core, tiles_core
 from .lowering import base as lowerings
-from .plan import describe, fixed_view
+from .plan import describe, finite_or_redone, fixed_view
 from .post_ops import INT8_DTYPES, INT8_SUM_AFTER_POST_OP, INT8_WITHOUT_VNNI, library_sum
 
 if TYPE_CHECKING:
@@ -84,12 +84,11 @@ class FusedPlan:
         else:
             result = np.empty(shape, compute)
         self.compiled.execute(args, result if self.library_shape is None else result.reshape(self.library_shape))
-        if self.finite_guard and not dtypes.all_finite(result):
-            # oneDNN 3.2's native bf16/f16 kernels spread a non-finite value to outputs it
-            # does not reach (plan.Plan._guarded): the same graph in f32
-            if self.fallback is None:
-                self.fallback = make_plan(self.op, arrays, None, force_f32=True)
-            return self.fallback.run(arrays, out)
+        if self.finite_guard:  # a non-finite native bf16/f16 result: the same graph in f32
+            checked = finite_or_redone(result, self, lambda: make_plan(self.op, arrays, None, force_f32=True),
+                                       arrays, out)
+            if checked is not result:
+                return checked
         if self.emulated:
             return dtypes.round_f32(result, self.out_dtype, out)
         if out is not None and result is not out:

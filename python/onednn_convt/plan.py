@@ -113,15 +113,27 @@ class Plan:
         return self._guarded(dtypes.round_f32(result, self.dtype, out), arrays, out)
 
     def _guarded(self, result: np.ndarray, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
-        """``result``, or the call redone in f32 when a native bf16/f16 result holds an Inf or
-        a NaN: oneDNN 3.2's native low-precision kernels (AVX-512) compute padded channel
-        blocks and other groups together, so one non-finite input can turn outputs it does
-        not reach into NaN. The f32 kernels keep them apart (docs/deviations.md)."""
-        if self.make_fallback is None or dtypes.all_finite(result):
+        """``result``, or for a native bf16/f16 plan the call redone in f32 when it holds an
+        Inf or a NaN (:func:`finite_or_redone`)."""
+        make = self.make_fallback
+        if make is None:
             return result
-        if self.fallback is None:
-            self.fallback = self.make_fallback(arrays)
-        return self.fallback.run(arrays, out)
+        return finite_or_redone(result, self, lambda: make(arrays), arrays, out)
+
+
+def finite_or_redone(result: np.ndarray, holder: Any, make: Callable[[], Any], arrays: Sequence[Any],
+                     out: Optional[np.ndarray]) -> np.ndarray:
+    """``result`` when it holds no Inf and no NaN; else the call run again by
+    ``holder.fallback``, an f32 plan made once by ``make``. oneDNN 3.2's native
+    low-precision kernels (AVX-512) compute padded channel blocks and other groups together,
+    so one non-finite input can turn outputs it does not reach into NaN; the f32 kernels keep
+    them apart (docs/deviations.md). Serves plain plans (:class:`Plan`) and fused ones
+    (:class:`onednn_convt.fused_plan.FusedPlan`)."""
+    if dtypes.all_finite(result):
+        return result
+    if holder.fallback is None:
+        holder.fallback = make()
+    return holder.fallback.run(arrays, out)  # type: ignore[no-any-return]
 
 
 @dataclass
