@@ -74,6 +74,11 @@ OP_ATTRIBUTES: dict[str, tuple[Attribute, ...]] = {
 }
 
 
+def default(op: str, name: str) -> Any:
+    """The default of attribute ``name`` of ``op`` (None: not given unless set)."""
+    return next(a.default for a in OP_ATTRIBUTES[op] if a.name == name)
+
+
 def short_repr(value: Any, limit: int = 60) -> str:
     """``repr(value)`` for a message, cut to about ``limit`` characters (a huge int or string)."""
     text = repr(value)

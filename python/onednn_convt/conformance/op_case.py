@@ -43,8 +43,13 @@ def expected_output_shape(
     """
     if kind == "ConvTransposeBackwardWeights":
         return tuple(int(v) for v in attrs["weights_shape"])
-    df = attrs.get("data_format") or "NXC"
-    wf = attrs.get("weights_format") or "XOI"
+
+    def given(name: str) -> Any:
+        """The attribute's value, or the schema's default where the case leaves it out (or
+        empty)."""
+        return attrs.get(name) or schema.default(kind, name)
+
+    df, wf = given("data_format"), given("weights_format")
     n, _, xs = shapes.split_activation(input_shapes[0], df)
     i, o, kernel = shapes.split_weights(input_shapes[1], wf)
     if len(kernel) != len(xs):
@@ -52,19 +57,19 @@ def expected_output_shape(
         raise ValueError(msg)
     spatial = len(xs)
 
-    def dims(name: str, default: int) -> tuple[int, ...]:
+    def dims(name: str) -> tuple[int, ...]:
         value = attrs.get(name)
-        return schema.per_dim(kind, name, default if value is None else value, spatial)
+        return schema.per_dim(kind, name, schema.default(kind, name) if value is None else value, spatial)
 
-    s, d = dims("strides", 1), dims("dilations", 1)
-    auto_pad = schema.AUTO_PAD.get(str(attrs.get("auto_pad") or "None").lower())
+    s, d = dims("strides"), dims("dilations")
+    auto_pad = schema.AUTO_PAD.get(str(given("auto_pad")).lower())
     if auto_pad is None:
         msg = f"{kind}: unknown auto_pad {short(attrs.get('auto_pad'))}"
         raise ValueError(msg)
-    pb, pe = shapes.resolve_pads(kernel, s, d, auto_pad, dims("pads_begin", 0), dims("pads_end", 0))
+    pb, pe = shapes.resolve_pads(kernel, s, d, auto_pad, dims("pads_begin"), dims("pads_end"))
     if kind == "ConvTranspose":
-        ys = shapes.conv_transpose_output(xs, kernel, s, d, pb, pe, dims("output_padding", 0))
-        return shapes.join_activation(n, o * int(attrs.get("groups") or 1), ys, df)
+        ys = shapes.conv_transpose_output(xs, kernel, s, d, pb, pe, dims("output_padding"))
+        return shapes.join_activation(n, o * int(given("groups")), ys, df)
     ys = shapes.backward_data_output(xs, kernel, s, d, pb, pe)
     return shapes.join_activation(n, i, ys, df)
 
