@@ -85,7 +85,8 @@ def _limit_from_env() -> int | None:
 
 
 _limit: int | None = _limit_from_env()
-_fill: bool = os.environ.get(_ENV_FILL, "").strip().lower() not in ("", "0", "false", "no", "off")
+#: whether debug fill is on (read it through debug_fill(); the call path reads it directly)
+filling: bool = os.environ.get(_ENV_FILL, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def set_memory_limit(limit: int | None) -> None:
@@ -156,16 +157,16 @@ def set_debug_fill(enabled: bool) -> None:
     Raises:
         TypeError: ``enabled`` is not a bool (``"False"`` would read as True).
     """
-    global _fill
+    global filling
     if not isinstance(enabled, (bool, np.bool_)):
         msg = f"set_debug_fill: argument 'enabled' expected a bool (True or False), got {enabled!r}"
         raise TypeError(msg)
-    _fill = bool(enabled)
+    filling = bool(enabled)
 
 
 def debug_fill() -> bool:
     """Whether outputs are filled with NaN before each call (:func:`set_debug_fill`)."""
-    return _fill
+    return filling
 
 
 def nan_filled(shape: Sequence[int], dtype: Any) -> np.ndarray:

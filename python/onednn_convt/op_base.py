@@ -39,6 +39,7 @@ class Op:
         self._plans: dict[Any, Any] = {}
         self.last_plan: Optional[Any] = None  # a Plan, or a fused_plan.FusedPlan
         self._fast: Any = None  # the last plan's executor
+        self._generation = native.fork_generation  # of the plans above (see _call)
 
     @property
     def lowering(self) -> Optional[str]:
@@ -112,7 +113,7 @@ class Op:
         return sig, None if out is None else (out.shape, out.strides, out.dtype)
 
     def _call(self, inputs: tuple[Any, ...], out: Any) -> Any:
-        if self.__dict__.get("_generation") != native.fork_generation:
+        if self._generation != native.fork_generation:
             # new, unpickled, or in a forked child whose plans were compiled for the parent's
             # OpenMP threads (see onednn_convt.native): those plans are dropped
             self._plans = {}
@@ -122,7 +123,7 @@ class Op:
         # the lean path: C++ checks the arrays match the last plan (off in debug-fill mode).
         # Plain ndarrays only: torch, DLPack and ndarray subclasses take the checks below (C++
         # would take a masked array's values and ignore its mask)
-        if fast is not None and not limits.debug_fill() and (out is None or type(out) is np.ndarray):
+        if fast is not None and not limits.filling and (out is None or type(out) is np.ndarray):
             for x in inputs:
                 if x is not None and type(x) is not np.ndarray:
                     break

@@ -160,7 +160,7 @@ def run(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: 
     if _generation != native.fork_generation:
         _forget()
     fast = _FAST.get(key)
-    if fast is not None and not limits.debug_fill():
+    if fast is not None and not limits.filling:
         if fast.relayout is not None:
             second = second.contiguous(memory_format=fast.relayout)
         if fast.relayout is None or second.stride() == fast.relayout_strides:
