@@ -46,20 +46,17 @@ except ImportError as e:  # pragma: no cover - depends on the install
 _core.set_error_types(OneDNNError, UnsupportedError)
 
 # the core's entry points (documented in _core.pyi)
-CompiledOp = _core.CompiledOp
 Executor = _core.Executor
 SignatureMismatch = _core.SignatureMismatch
 compile = _core.compile  # noqa: A001 - the core's name
 convert = _core.convert
 fast_conversion: bool = _core.fast_conversion
 all_finite = _core.all_finite
-staging_bytes = _core.staging_bytes
 clear_staging = _core.clear_staging
 cache_info = _core.cache_info
 set_cache_capacity = _core.set_cache_capacity
 clear_cache = _core.clear_cache
 cpu_isa = _core.cpu_isa
-library_entered = _core.library_entered
 dlpack_import = _core.dlpack_import
 dlpack_export = _core.dlpack_export
 version = _core.version
