@@ -81,6 +81,14 @@ CORE = [
     ("conv_bwd_w_strides_0", 'compile("ConvolutionBackwardWeights", attrs(strides=[0, 0], weights_format="OIX", weights_shape=[4, 6, 3, 3]), [dense([1, 6, 7, 7]), dense([1, 4, 5, 5])], dense([4, 6, 3, 3]))'),
     ("conv_bwd_w_channels", 'compile("ConvolutionBackwardWeights", attrs(weights_format="OIX", weights_shape=[4, 6, 3, 3]), [dense([1, 6, 7, 7]), dense([1, 5, 5, 5])], dense([4, 6, 3, 3]))'),
     ("conv_bwd_w_groups_split", 'compile("ConvolutionBackwardWeights", attrs(groups=4, weights_format="OIX", weights_shape=[4, 6, 3, 3]), [dense([1, 6, 7, 7]), dense([1, 4, 5, 5])], dense([4, 6, 3, 3]))'),
+    # a bias the core adds after the library op (bias_axis): 1-D, last, f32, one value per
+    # entry of that axis, not constant; it would be read out of bounds otherwise
+    ("host_bias_length", 'compile("ConvTranspose", attrs(), [dense([1, 4, 5, 5]), dense([4, 6, 3, 3]), dense([5])], dense([1, 6, 7, 7]), bias_axis=1)'),
+    ("host_bias_axis", 'compile("ConvTranspose", attrs(), [dense([1, 4, 5, 5]), dense([4, 6, 3, 3]), dense([6])], dense([1, 6, 7, 7]), bias_axis=4)'),
+    ("host_bias_rank", 'compile("ConvTranspose", attrs(), [dense([1, 4, 5, 5]), dense([4, 6, 3, 3]), dense([1, 6])], dense([1, 6, 7, 7]), bias_axis=1)'),
+    ("host_bias_bf16", 'compile("ConvTranspose", attrs(), [dense([1, 4, 5, 5], "bf16"), dense([4, 6, 3, 3], "bf16"), dense([6], "bf16")], dense([1, 6, 7, 7], "bf16"), bias_axis=1)'),
+    ("host_bias_constant", 'compile("ConvTranspose", attrs(), [dense([1, 4, 5, 5]), dense([4, 6, 3, 3]), dense([6])], dense([1, 6, 7, 7]), constant=[2], bias_axis=1)'),
+    ("host_bias_alone", 'compile("ConvTranspose", attrs(), [dense([6])], dense([1, 6, 7, 7]), bias_axis=1)'),
     # not a crash but a wrong answer: oneDNN's consistency check overflows and accepts it
     ("fwd_pads_overflow", 'compile("ConvTranspose", attrs(pads_end=[2**62, 0]), [dense([1, 4, 5, 5]), dense([4, 6, 3, 3])], dense([1, 6, 7, 7]))'),
 ]

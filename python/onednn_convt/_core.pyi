@@ -41,6 +41,7 @@ class Executor:
 def compile(
     kind: str, attrs: dict[str, AttrValue], inputs: Sequence[TensorDesc], output: TensorDesc,
     constant: Sequence[int] = (), nodes: Sequence[NodeDesc] = (), stages: Sequence[int] = (),
+    bias_axis: int = -1,
 ) -> CompiledOp: ...
 def convert(src: np.ndarray, src_code: str, dst: np.ndarray, dst_code: str) -> bool: ...
 fast_conversion: bool

@@ -43,7 +43,9 @@ class Op:
 
     @property
     def lowering(self) -> Optional[str]:
-        """How the last call ran: the library op kind, ``" (f32 emulation)"`` when a
+        """How the last call ran: the library op kind, ``"+BiasAdd: 2 partitions"`` or
+        ``"+bias (core)"`` where a second partition or the core adds the bias
+        (:func:`onednn_convt.lowering.forward.bias_apart`), ``" (f32 emulation)"`` when a
         bf16/f16 call ran in f32, and ``" (tuned: <lowering>)"`` when autotuning chose it
         (:mod:`onednn_convt.lowering.autotune`; the name tells lowerings of one kind apart).
         None before the first call. A fused ConvTranspose's says its graph and ``"1 fused
@@ -53,6 +55,7 @@ class Op:
             return None
         low = plan.lowering
         text = str(low.kind) + ("+BiasAdd: 2 partitions" if getattr(low, "bias_stage", False) else "")
+        text += "+bias (core)" if getattr(low, "host_bias", None) is not None else ""
         if isinstance(plan, PhasedPlan):
             kinds = sorted({p.lowering.kind for p in plan.plans if p is not None})
             text += f" ({len(low.phases)} phases, stride 1: {', '.join(kinds) or 'the bias alone'})"

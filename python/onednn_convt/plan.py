@@ -335,6 +335,7 @@ def compile_lowering(
         compiled = native.compile(
             kind, attrs, [describe(a, code) for a in fixed], out_desc,
             constant=[at] if constant_weights and at is not None else [], **staged,
+            bias_axis=-1 if lowering.host_bias is None else lowering.host_bias,
         )
     plan = Plan(compiled, lowering, dtype, emulated, fixers if any(fixers) else [])
     guard = "" if emulated or code == "f32" else code

@@ -418,6 +418,52 @@ void arm_teardown_lock() {
 }
 
 
+// OpSpec::bias_axis: an f32 output and a last input of one f32 value per entry of that dim.
+void check_host_bias(const OpSpec &s) {
+    const std::string &k = s.kind;
+    const TensorDesc &b = s.inputs.empty() ? s.output : s.inputs.back();
+    if (s.inputs.size() < 2 || b.shape.size() != 1 || b.strides.size() != 1)
+        invalid(k, "a bias added after the library op must be a 1-D last input");
+    if (s.bias_axis >= static_cast<int64_t>(s.output.shape.size()) ||
+        b.shape[0] != s.output.shape[static_cast<size_t>(s.bias_axis)])
+        invalid(k, "the bias must have one value per entry of the output's bias axis");
+    if (b.dtype != "f32" || s.output.dtype != "f32") invalid(k, "a bias added after the library op must be f32");
+    for (size_t c : s.constant_inputs)
+        if (c + 1 == s.inputs.size()) invalid(k, "a bias added after the library op cannot be constant");
+}
+
+// out[..., i_axis, ...] += bias[i_axis] over an f32 tensor of any strides.
+void add_bias(const TensorDesc &out, float *dst, const std::vector<float> &bias, size_t axis) {
+    const size_t rank = out.shape.size(), last = rank - 1;
+    const int64_t inner = out.shape[last], step = out.strides[last];
+    std::vector<int64_t> index(rank, 0);
+    int64_t base = 0;
+    while (true) {
+        float *row = dst + base;
+        if (axis == last) {
+            const float *b = bias.data();
+            if (step == 1)  // dense rows (channels last): vectorized
+                for (int64_t j = 0; j < inner; ++j) row[j] += b[j];
+            else
+                for (int64_t j = 0; j < inner; ++j) row[j * step] += b[j];
+        } else {
+            const float b = bias[static_cast<size_t>(index[axis])];
+            if (step == 1)
+                for (int64_t j = 0; j < inner; ++j) row[j] += b;
+            else
+                for (int64_t j = 0; j < inner; ++j) row[j * step] += b;
+        }
+        size_t d = last;  // the next row: an odometer over the dims before the last
+        while (d-- > 0) {
+            base += out.strides[d];
+            if (++index[d] < out.shape[d]) break;
+            base -= out.strides[d] * out.shape[d];
+            index[d] = 0;
+        }
+        if (d == static_cast<size_t>(-1)) return;
+    }
+}
+
 lt make_lt(const std::string &kind, size_t id, const TensorDesc &t, bool constant) {
     const auto property = constant ? lt::property_type::constant : lt::property_type::undef;
     return lt(id, to_data_type(kind, t.dtype), t.shape, t.strides, property);
@@ -464,6 +510,7 @@ std::string OpSpec::key() const {
     os << "|>";
     tensor(output);
     for (size_t start : stage_starts) os << "|stage" << start;
+    if (bias_axis >= 0) os << "|bias_axis" << bias_axis;
     for (const auto &n : nodes) {
         os << "|node " << n.kind << '(';
         for (auto i : n.inputs) os << i << ',';
@@ -580,14 +627,20 @@ CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
     ForkGate gate;
     teardown_unlock();  // before anything of the library's in this thread (see teardown_mutex)
     const std::string &k = spec_.kind;
-    if (spec_.nodes.empty()) check_arguments(spec_);
-    else check_graph(spec_);
+    // the bias the host adds (OpSpec::bias_axis) is no input of the library's graph
+    OpSpec library = spec_;
+    if (spec_.bias_axis >= 0) {
+        check_host_bias(spec_);
+        library.inputs.pop_back();
+    }
+    if (spec_.nodes.empty()) check_arguments(library);
+    else check_graph(library);
     for (size_t c : spec_.constant_inputs)
         if (c >= spec_.inputs.size()) invalid(k, "constant input index out of range");
     const size_t count = spec_.inputs.size() + std::max<size_t>(1, spec_.nodes.size());
     size_t id = spec_.constant_inputs.empty() && !private_ids ? 0 : next_private_id.fetch_add(count);
     std::vector<lt> inputs;
-    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
+    for (size_t i = 0; i < library.inputs.size(); ++i) {
         const auto &c = spec_.constant_inputs;
         const bool constant = std::find(c.begin(), c.end(), i) != c.end();
         inputs.push_back(make_lt(k, id++, spec_.inputs[i], constant));
@@ -619,7 +672,7 @@ CompiledOp::CompiledOp(OpSpec spec, bool private_ids) : spec_(std::move(spec)) {
                                stages_[users[0]].in_place_source == static_cast<int64_t>(s) && d.shape == o.shape &&
                                d.strides == o.strides && d.dtype == o.dtype;
     }
-    std::vector<bool> taken(inputs.size(), false);
+    std::vector<bool> taken(inputs.size(), false);  // the library's inputs: no host bias
     for (const Stage &stage : stages_)
         for (int64_t src : stage.sources)
             if (src >= 0) taken[static_cast<size_t>(src)] = true;
@@ -668,7 +721,7 @@ void CompiledOp::build_stage(size_t first, size_t end, const std::vector<lt> &in
     for (size_t n = first; n < end; ++n) {
         const std::string &kind = single ? k : spec_.nodes[n].kind;
         std::vector<lt> in;
-        if (single) in = inputs;
+        if (single) in = inputs;  // without a host bias (see the constructor)
         else
             for (auto ref : spec_.nodes[n].inputs) in.push_back(ref >= 0 ? inputs[ref] : outputs[-1 - ref]);
         dg::op op(n, to_op_kind(kind), in, {outputs[n]}, kind);
@@ -836,6 +889,14 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
     thread_local std::vector<std::vector<char>> scratch;
     if (scratch.size() < stages_.size()) scratch.resize(stages_.size());
     std::vector<void *> results(stages_.size(), nullptr);
+    // the host bias, read before the partitions write the output (which it may overlap)
+    thread_local std::vector<float> bias;
+    if (spec_.bias_axis >= 0) {
+        const TensorDesc &b = spec_.inputs.back();
+        const auto *values = static_cast<const float *>(inputs.back());
+        bias.resize(static_cast<size_t>(b.shape[0]));
+        for (size_t i = 0; i < bias.size(); ++i) bias[i] = values[static_cast<int64_t>(i) * b.strides[0]];
+    }
     try {
         for (size_t s = 0; s < stages_.size(); ++s) {
             const Stage &stage = stages_[s];
@@ -853,6 +914,8 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
         }
         for (auto &buffer : scratch)
             if (buffer.capacity() > kKeptScratch) std::vector<char>().swap(buffer);
+        if (spec_.bias_axis >= 0)
+            add_bias(spec_.output, static_cast<float *>(output), bias, static_cast<size_t>(spec_.bias_axis));
     } catch (...) {
         arm_teardown_lock();
         throw;

@@ -64,6 +64,11 @@ struct OpSpec {
     // result. Empty: one stage. Used to keep a library op apart from what follows it where
     // the fused kernel computes that wrongly (the Python layer's guards say where).
     std::vector<size_t> stage_starts;
+    // >= 0: the last input is a bias (1-D, f32, one value per entry of the output's dim
+    // `bias_axis`) that no partition takes: execute adds it to the output after the
+    // partitions ran. Where the library's biased kernel is slow on small problems (the
+    // Python layer says where), a plain loop over a small output is cheaper. -1: none.
+    int64_t bias_axis = -1;
 
     std::string key() const;
 };

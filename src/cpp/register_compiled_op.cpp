@@ -120,8 +120,9 @@ void register_compiled_op(py::module_ &m) {
             "compile",
             [](const std::string &kind, const py::dict &attrs, const py::sequence &inputs,
                const py::handle &output, std::vector<size_t> constant, const py::sequence &nodes,
-               std::vector<size_t> stages) {
-                OpSpec spec{kind, to_attrs(attrs), {}, to_desc(output), std::move(constant), {}, std::move(stages)};
+               std::vector<size_t> stages, int64_t bias_axis) {
+                OpSpec spec{kind, to_attrs(attrs), {}, to_desc(output), std::move(constant), {}, std::move(stages),
+                            bias_axis};
                 for (auto t : inputs) spec.inputs.push_back(to_desc(t));
                 for (auto n : nodes) spec.nodes.push_back(to_node(n));
                 return without_gil([&] {
@@ -132,7 +133,7 @@ void register_compiled_op(py::module_ &m) {
             },
             py::arg("kind"), py::arg("attrs"), py::arg("inputs"), py::arg("output"),
             py::arg("constant") = std::vector<size_t>{}, py::arg("nodes") = py::tuple(),
-            py::arg("stages") = std::vector<size_t>{},
+            py::arg("stages") = std::vector<size_t>{}, py::arg("bias_axis") = -1,
             "Compile (or fetch from the cache) one op. Tensors are (shape, strides in elements, dtype code).\n"
             "`constant`: indices of inputs whose values never change between runs; the library\n"
             "reorders them once and caches the result. Such an op is compiled for its caller alone.\n"
@@ -140,7 +141,10 @@ void register_compiled_op(py::module_ &m) {
             "input index >= 0 is the graph's input, -1 - k node k's output. `kind` then names the\n"
             "graph, `attrs` is empty and the last node writes `output`. It must fuse into one partition,\n"
             "or, with `stages` (ascending node indices where a new stage begins), each stage into one:\n"
-            "the stages compile apart and run in order, each taking the previous one's result.");
+            "the stages compile apart and run in order, each taking the previous one's result.\n"
+            "`bias_axis` >= 0: the last input is an f32 bias, one value per entry of the output's\n"
+            "dim `bias_axis`, that the library op does not take: each run adds it to the f32 output\n"
+            "after the library op.");
 }
 
 }  // namespace onednn_convt

@@ -51,6 +51,9 @@ class Lowering:
         bias_stage: the library op runs without the bias (the last library input); a second
             partition adds it in dst (the guard
             :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`).
+        host_bias: the library op runs without the bias (the last library input), which the
+            core adds to its f32 result along this axis after each run (a small problem:
+            :func:`onednn_convt.lowering.forward.bias_apart`); None: no such bias.
         phases: the stride-1 ops of a polyphase lowering (:mod:`.polyphase`; ``kind``
             ``"Polyphase"``), run in turn; empty for every other lowering.
     """
@@ -70,6 +73,7 @@ class Lowering:
     name: str = ""
     single_thread: bool = False
     bias_stage: bool = False
+    host_bias: Optional[int] = None
     phases: tuple[Phase, ...] = ()
 
     @property

@@ -4,11 +4,13 @@
 - ``ConvolutionBackwardData``: the backward data of the convolution this op transposes, on
   the same weights memory (IOX read as OIX, XOI as XIO) with ``dst_shape`` giving the output
   size; groups 1 (oneDNN 3.2 rejects groups there) and no bias, except where the bias is
-  added by a second partition anyway (:func:`bias_stage`: the op has no bias input).
+  added by a second partition or by the core anyway (:func:`library_bias`).
 
-A bias with a stride > 1 never reaches the library's deconvolution: its strided kernel adds
-it once per partial sum on some problems (:data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`),
-so both library ops run without it and a second partition (BiasAdd) adds it in dst.
+A bias never reaches the library ops (:func:`bias_apart`): with a stride > 1 the
+deconvolution's strided kernel adds it once per partial sum on some problems (the guard
+:data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`), and with stride 1 its biased
+kernels are 1.3-20x slower than the op without it. Both library ops run without it; the core
+adds it to a small f32 result, a second partition (BiasAdd) to any other.
 - ``Convolution (flipped weights)``: every stride 1 and pads within the dilated kernel: a
   forward Convolution over the spatially flipped, per-group transposed weights with pads
   ``d*(k-1) - pb`` and ``d*(k-1) - pe``; the weights are copied each call into an array
@@ -26,6 +28,7 @@ compute in f32 (their native kernels are wrong there).
 from __future__ import annotations
 
 import threading
+from typing import Optional
 
 import numpy as np
 
@@ -41,7 +44,7 @@ def candidates(p: Problem) -> list[str]:
     if matmul_lowering.applies(p.kernel, p.groups, g.dilations):
         return [base.OVERLAP_ADD]
     names = [base.CONV_TRANSPOSE]
-    if p.groups == 1 and (not p.bias or bias_stage(p)):
+    if p.groups == 1 and not library_bias(p):
         names.append(base.CONVOLUTION_BACKWARD_DATA)
     if _flippable(p):
         names.append(base.FLIPPED_CONVOLUTION)
@@ -52,10 +55,51 @@ def candidates(p: Problem) -> list[str]:
     return names
 
 
-def bias_stage(p: Problem) -> bool:
-    """Whether the library ops (ConvTranspose, ConvolutionBackwardData) run ``p`` without its
-    bias, which a second partition then adds (:data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`)."""
+def bias_guarded(p: Problem) -> bool:
+    """Whether the guard :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE` keeps
+    ``p``'s bias out of the library ops (ConvTranspose, ConvolutionBackwardData)."""
     return p.bias and guards.strided_deconvolution_epilogue(p.dtype, p.geometry.strides)
+
+
+#: the most output elements of an f32 result whose bias the core adds (:func:`bias_apart`)
+HOST_BIAS_ELEMENTS = 2**16
+#: :func:`bias_apart`'s answers: the core adds the bias; a second partition (BiasAdd) does
+HOST, STAGE = "host", "stage"
+
+
+def bias_apart(p: Problem) -> Optional[str]:
+    """How the library ops (ConvTranspose, ConvolutionBackwardData) running ``p`` get its
+    bias: ``None``, they take it; :data:`HOST`, they run without it and the core adds it to
+    their f32 result (``Lowering.host_bias``); :data:`STAGE`, a second partition (BiasAdd)
+    adds it in dst (``Lowering.bias_stage``).
+
+    Always apart. Strided, the guard :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`
+    requires it. With stride 1, oneDNN 3.2's deconvolution with a bias is slow: it runs
+    its blocked JIT kernel (``jit:avx512_core``, ``jit_bf16:avx512_core_bf16``) with
+    reorders of src, weights and dst around it, where without a bias
+    ConvolutionBackwardData runs ``brgconv`` on the plain layouts, and its bf16 bias pass
+    costs about 9 ns an output element. Measured on an AMD Zen5 (avx512_core_bf16), 2
+    threads, out= calls, k3 s1 p1 layers of 75 to 262,144 output elements, NCX and NXC:
+    f32 took 0.50-0.74x the library's biased time with the bias apart (the tiny forward,
+    1x4x5x5 -> 3 channels: 8.6 us against 2.9 with the core's loop, 6.5 with a BiasAdd
+    partition; an 8x32x32x32 NXC one 670 against 350 us); bf16, 0.07-0.21x (2,430 against
+    250 us). The core's loop (one thread) beats a partition up to :data:`HOST_BIAS_ELEMENTS`
+    (a partition costs about 3.5 us more a call; at 131,072 elements, k4 s2, the partition
+    took 0.93x the loop's time, which runs on one thread). f32 only: a bf16/f16 result would be rounded twice by the core.
+
+    A polyphase phase (``p.whole_out`` False), which writes a strided view of dst, keeps
+    its bias in the library op unless the core adds it: a BiasAdd partition on such a view
+    took 11-13x the phases' time (8x64x64x64 depthwise k4 s2 NCX f32: 196 against 15 ms)."""
+    if not p.bias:
+        return None
+    if p.dtype == "f32" and int(np.prod(p.out_shape)) <= HOST_BIAS_ELEMENTS:
+        return HOST
+    return STAGE if p.whole_out else None
+
+
+def library_bias(p: Problem) -> bool:
+    """Whether the library ops take ``p``'s bias (:func:`bias_apart`)."""
+    return p.bias and bias_apart(p) is None
 
 
 def _flippable(p: Problem) -> bool:
@@ -90,11 +134,12 @@ def build(p: Problem, name: str) -> Lowering:
         attrs["output_padding"] = list(p.output_padding)
     else:
         raise ValueError(f"ConvTranspose: no lowering named {name!r}")
-    staged = bias_stage(p)
-    if staged and guard is None:
+    if bias_guarded(p) and guard is None:
         guard = guards.STRIDED_DECONVOLUTION_EPILOGUE.name
+    apart = bias_apart(p)
+    axis = (1 if p.data_format == "NCX" else p.rank + 1) if apart == HOST else None
     return Lowering(name, attrs, inputs, p.out_shape, weights_arg=1, f32_only=guarded, guard=guard, name=name,
-                    bias_stage=staged)
+                    bias_stage=apart == STAGE, host_bias=axis)
 
 
 def _flipped_convolution(p: Problem, inputs: tuple[int, ...]) -> Lowering:

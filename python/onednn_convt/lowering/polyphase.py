@@ -107,7 +107,7 @@ def _sub_problem(p: Problem, dims: Sequence[DimPhase], op: str) -> Problem:
     else:
         shapes, out = (act(p.ic, src), act(p.oc, dst)), wshape
     return Problem(op, p.dtype, p.data_format, p.weights_format, p.groups, p.n, p.ic, p.oc, src, dst, kernel,
-                   geometry, (0,) * n_dims, p.bias and op == FORWARD, shapes, out)
+                   geometry, (0,) * n_dims, p.bias and op == FORWARD, shapes, out, whole_out=False)
 
 
 def _spatial_axes(p: Problem, tensor: str) -> list[int]:

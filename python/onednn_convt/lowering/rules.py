@@ -108,7 +108,7 @@ def _forward(p: Problem) -> str:
     g = p.geometry
     if matmul_lowering.applies(p.kernel, p.groups, g.dilations):
         return base.OVERLAP_ADD
-    kind = forward_kind(p.kernel, *g.astuple(), p.groups, p.ic, p.oc, bias=p.bias and not forward.bias_stage(p))
+    kind = forward_kind(p.kernel, *g.astuple(), p.groups, p.ic, p.oc, bias=forward.library_bias(p))
     if kind == base.CONVOLUTION:
         return base.FLIPPED_CONVOLUTION
     # oneDNN's AMX backward-data kernel, which both library lowerings run, fails where a

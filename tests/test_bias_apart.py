@@ -1,0 +1,116 @@
+"""A forward's bias kept out of the library ops (``lowering.forward.bias_apart``): the core
+adds it to a small f32 result after the op (``"+bias (core)"``), a second partition to a
+larger or low-precision one (``"+BiasAdd: 2 partitions"``); a polyphase phase, which writes
+a strided view of dst, keeps it in the library op unless the core adds it.
+
+Each path against the float64 reference, planned and then through the C++ executor, into
+fresh and strided (NaN-filled) out= arrays, with biases that are views (every other value,
+reversed); and the core's own check of what it is handed."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onednn_convt as oc
+import pytest
+from helpers import assert_close
+
+from onednn_convt import _core, reference
+from onednn_convt.lowering import forward
+
+#: these tests check the hand-written rules' routes by name (conftest.hand_rules)
+pytestmark = pytest.mark.usefixtures("hand_rules")
+
+#: (spatial src, kernel, strides, groups): stride 1 and 2, 1-D to 3-D, grouped
+SHAPES = [((5,), (3,), (1,), 1), ((5, 4), (3, 2), (1, 1), 1), ((4, 5), (4, 4), (2, 2), 1),
+          ((3, 4), (3, 3), (1, 1), 2), ((3, 3, 2), (2, 3, 2), (2, 1, 1), 1)]
+
+
+def _case(rng, shape, data_format, code, n=2, ic=4, oc_=6):
+    sp, k, s, g = shape
+    dt = ml_dtypes.bfloat16 if code == "bf16" else np.float32
+    x = rng.standard_normal((n, ic, *sp) if data_format == "NCX" else (n, *sp, ic)).astype(dt)
+    w = rng.standard_normal((ic, oc_ // g, *k)).astype(dt)
+    longer = rng.standard_normal(2 * oc_).astype(dt)
+    attrs = dict(strides=s, groups=g, data_format=data_format, weights_format="IOX")
+    return attrs, x, w, longer
+
+
+def _check(op, attrs, x, w, b, code, ic):
+    ref = reference.conv_transpose(*(np.asarray(a, np.float64) for a in (x, w, b)), **attrs)
+    k = int(np.prod(w.shape[2:]))
+    strided = np.full((*ref.shape[:-1], 2 * ref.shape[-1]), np.nan, x.dtype)[..., ::2]
+    for got in (op(x, w, b), op(x, w, b), op(x, w, b, out=strided), op(x, w, b, out=strided)):
+        assert_close(got, ref, code, ic * k, f"{op!r} {op.lowering}")
+    assert np.isnan(strided.base[..., 1::2].astype(np.float32)).all()  # the loop stays in the view
+
+
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_core_adds_a_small_f32_results_bias(shape, data_format):
+    rng = np.random.default_rng(len(shape[0]))
+    attrs, x, w, longer = _case(rng, shape, data_format, "f32")
+    for b in (longer[::2], longer[:6][::-1], np.ascontiguousarray(longer[:6])):
+        op = oc.ConvTranspose(**attrs)
+        _check(op, attrs, x, w, b, "f32", 4)
+        if op.lowering == "Convolution":  # over flipped weights (stride 1): the convolution takes it
+            continue
+        assert op.lowering.endswith("+bias (core)") and op.partitions == 1, op.lowering
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_a_partition_adds_the_bias_of_larger_or_bf16_results(shape, data_format, code, monkeypatch):
+    monkeypatch.setattr(forward, "HOST_BIAS_ELEMENTS", 0)  # every f32 result "large"
+    rng = np.random.default_rng(7)
+    attrs, x, w, longer = _case(rng, shape, data_format, code)
+    op = oc.ConvTranspose(**attrs)
+    _check(op, attrs, x, w, longer[::2], code, 4)
+    if op.lowering.removesuffix(" (f32 emulation)") != "Convolution":
+        assert "+BiasAdd: 2 partitions" in op.lowering and op.partitions == 2, op.lowering
+
+
+def test_the_choice():
+    """Which way each problem goes; a polyphase phase never takes a BiasAdd partition."""
+    op = oc.ConvTranspose(data_format="NCX", weights_format="IOX")
+    x, w, b = np.ones((1, 4, 5, 5), np.float32), np.ones((4, 3, 3, 3), np.float32), np.ones(3, np.float32)
+    p = op._problem([x, w, b], "f32")
+    assert forward.bias_apart(p) == forward.HOST and not forward.library_bias(p)
+    assert forward.bias_apart(op._problem([x, w, None], "f32")) is None
+    assert forward.bias_apart(op._problem([x, w, b], "bf16")) == forward.STAGE
+    big = np.ones((1, 4, 200, 200), np.float32)  # 3 x 202 x 202 > HOST_BIAS_ELEMENTS
+    assert forward.bias_apart(op._problem([big, w, b], "f32")) == forward.STAGE
+    from dataclasses import replace
+
+    phase = replace(op._problem([big, w, b], "f32"), whole_out=False)
+    assert forward.bias_apart(phase) is None and forward.library_bias(phase)
+    assert forward.bias_apart(replace(p, whole_out=False)) == forward.HOST
+
+
+def _dense(shape, code="f32"):
+    strides = [int(np.prod(shape[i + 1:])) for i in range(len(shape))]
+    return (list(shape), strides, code)
+
+
+@pytest.mark.parametrize("axis", [1, 3])
+def test_core_bias_on_any_output_strides(axis):
+    """``_core.compile(..., bias_axis=)`` straight: the library op without the bias, then the
+    core's loop over an output of other strides (a transposed view)."""
+    rng = np.random.default_rng(axis)
+    fmt = "NCX" if axis == 1 else "NXC"
+    x = rng.standard_normal((2, 4, 5, 5) if fmt == "NCX" else (2, 5, 5, 4)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    shape = (2, 3, 7, 7) if fmt == "NCX" else (2, 7, 7, 3)
+    base = np.full(shape[::-1], np.nan, np.float32)
+    out = base.T  # Fortran order: no dense stride
+    attrs = dict(strides=[1, 1], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1], auto_pad="None",
+                 groups=1, data_format=fmt, weights_format="IOX", output_padding=[0, 0])
+    out_desc = (list(shape), [s // 4 for s in out.strides], "f32")
+    compiled = _core.compile("ConvTranspose", attrs, [_dense(x.shape), _dense(w.shape), _dense(b.shape)], out_desc,
+                             bias_axis=axis)
+    assert compiled.partitions == 1
+    compiled.execute([x, w, b], out)
+    ref = reference.conv_transpose(*(a.astype(np.float64) for a in (x, w, b)), data_format=fmt, weights_format="IOX")
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
