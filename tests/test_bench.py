@@ -10,6 +10,7 @@ import math
 import os
 import statistics
 
+import numpy as np
 import pytest
 from onednn_convt.bench import report, runner, suites
 from onednn_convt.cli import main
@@ -534,3 +535,35 @@ def test_step_targets_name_the_worst_row() -> None:
     assert "worst 1.05 (bf16 NCHW): MISSED" in dcgan
     assert small.endswith(": met")
     assert "worst 2.50 (bf16 inference): MISSED" in call
+
+
+def test_bias_rows_give_every_side_the_bias(tmp_path) -> None:
+    """``--bias``: each forward takes a bias (keys end in /bias, the backward ops are as
+    before), and ours, PyTorch's and the reference's results agree on it."""
+    pytest.importorskip("torch")
+    code, _, stderr = _bench_main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--repeat", "3",
+                                   "--bias", "--dtypes", "f32", "--formats", "NCX,NXC", "--out", str(tmp_path),
+                                   "--name", "biased"])
+    assert code == 0, stderr
+    rows = json.loads((tmp_path / "biased.json").read_text())["results"]
+    assert {(r["op"], r["bias"]) for r in rows} == {("fwd", True), ("bwd_d", False), ("bwd_w", False)}
+    for r in rows:
+        assert r["key"].endswith("/bias") == r["bias"] and "error" not in r, r
+        assert r["ref_err"] < 1e-5 and r["torch_err"] < 1e-5, r
+    fwd = [r for r in rows if r["bias"]]
+    assert all(r["lowering"].endswith("+bias (core)") for r in fwd), fwd  # a small f32 result
+
+
+def test_a_biased_config_builds_three_inputs() -> None:
+    layer = suites.Layer("t", 2, 8, 6, (5, 4), (3, 4), 2, 1)
+    case = suites.Config("test", layer, "fwd", "f32", "NXC", bias=True).build()
+    assert case.input_names == ("src", "weights", "bias") and case.args[2].shape == (6,)
+    from onednn_convt.bench import peers
+
+    ref = peers.reference_call(case)
+    assert ref is not None
+    want = ref()
+    got = case.op(*case.args)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    unbiased = suites.Config("test", layer, "fwd", "f32", "NXC").build()
+    assert not np.allclose(unbiased.op(*unbiased.args), want, atol=1e-3)  # the bias is in the reference's

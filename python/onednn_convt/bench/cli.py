@@ -65,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=lambda s: [x for x in s.split(",") if x], default=None,
                         help="only these layers (names as in the table), comma-separated (fused: the "
                              "models suite's without istft unless named)")
+    parser.add_argument("--bias", action="store_true",
+                        help="give each forward a bias (one value per output channel), as torch.nn layers have by default")
     parser.add_argument("--skip-slow", action="store_true",
                         help="leave out layers marked slow (the inverse-STFT-like layer)")
     parser.add_argument("--threads", type=arguments.positive(int), default=None,
@@ -193,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     args.formats = args.formats or list(suites.FORMATS)
     old = report.read_json(args.compare) if args.compare else None
     configs = [c for s in args.suite for c in suites.configs(
-        s, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers)]
+        s, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers, args.bias)]
     if not configs:
         print("bench: no configuration matches the options", file=sys.stderr)
         return 2

@@ -173,9 +173,10 @@ def torch_call(case: Case) -> Optional[Callable[[], Any]]:
     src_shape = cfg.activation_shape(lay.ic, lay.spatial)
     if cfg.op == "fwd":
         x, w = activation(case.args[0]), weights(case.args[1])
+        b = torch.from_numpy(np.asarray(case.args[2], np.float32)).to(dt) if cfg.bias else None
 
         def call() -> Any:
-            y = conv(x, w, None, stride, pad, out_pad, lay.groups, dilation)
+            y = conv(x, w, b, stride, pad, out_pad, lay.groups, dilation)
             return y if extra == (0, 0) else y[crop]
 
     elif cfg.op == "bwd_d":
@@ -220,7 +221,7 @@ def reference_call(case: Case) -> Optional[Callable[[], np.ndarray]]:
     args = case.f32_args()
     attrs = cfg.attrs()
     if cfg.op == "fwd":
-        return lambda: reference.conv_transpose(args[0], args[1], **attrs)
+        return lambda: reference.conv_transpose(args[0], args[1], args[2] if cfg.bias else None, **attrs)
     if cfg.op == "bwd_d":
         return lambda: reference.conv_transpose_backward_data(args[0], args[1], **attrs)
     return lambda: reference.conv_transpose_backward_weights(args[0], args[1], cfg.weights_shape, **attrs)

@@ -68,7 +68,8 @@ def run_config(cfg: Config, opts: Options, peak: dict[str, Any]) -> dict[str, An
     lay = cfg.layer
     rec: dict[str, Any] = {
         "key": cfg.key, "suite": cfg.suite, "layer": lay.name, "op": cfg.op, "dtype": cfg.dtype,
-        "format": cfg.data_format, "weights_format": cfg.weights_format, "shape": lay.describe(),
+        "format": cfg.data_format, "weights_format": cfg.weights_format,
+        "shape": lay.describe() + (" +bias" if cfg.bias else ""), "bias": cfg.bias,
         "flops": cfg.flops, "compute_bound": lay.compute_bound,
         "sweep_axis": lay.sweep[0] if lay.sweep else None, "sweep_value": lay.sweep[1] if lay.sweep else None,
     }
@@ -224,7 +225,7 @@ def _torch_estimate(case: Any, opts: Options) -> Optional[float]:
     cfg = case.config
     if cfg.dtype == "f32" or cfg.layer.n == 1 or opts.torch_limit <= 0:
         return None
-    small = Config(cfg.suite, replace(cfg.layer, n=1), cfg.op, cfg.dtype, cfg.data_format).build()
+    small = replace(cfg, layer=replace(cfg.layer, n=1)).build()
     call = peers.torch_call(small)
     if call is None:
         return None

@@ -136,6 +136,8 @@ class Config:
     op: str
     dtype: str
     data_format: str
+    #: a forward with a bias (one value per output channel)
+    bias: bool = False
 
     @property
     def weights_format(self) -> str:
@@ -144,8 +146,9 @@ class Config:
 
     @property
     def key(self) -> str:
-        """Unique name: ``suite/layer/op/dtype/format``."""
-        return f"{self.suite}/{self.layer.name}/{self.op}/{self.dtype}/{self.data_format}"
+        """Unique name: ``suite/layer/op/dtype/format``, and ``/bias`` for a biased forward."""
+        key = f"{self.suite}/{self.layer.name}/{self.op}/{self.dtype}/{self.data_format}"
+        return key + "/bias" if self.bias else key
 
     @property
     def flops(self) -> int:
@@ -196,8 +199,11 @@ class Config:
         dd = make(self.activation_shape(lay.oc, lay.dst_spatial))
         attrs = self.attrs()
         op: Any
+        args: tuple[np.ndarray, ...]
         if self.op == "fwd":
             op, args = ops.ConvTranspose(**attrs), (src, w)
+            if self.bias:
+                args = (src, w, make((lay.oc,)))
         elif self.op == "bwd_d":
             op, args = ops.ConvTransposeBackwardData(**attrs), (dd, w)
         else:
@@ -216,9 +222,8 @@ class Case:
 
     @property
     def input_names(self) -> tuple[str, ...]:
-        return {"fwd": ("src", "weights"), "bwd_d": ("diff_dst", "weights"), "bwd_w": ("src", "diff_dst")}[
-            self.config.op
-        ]
+        names = {"fwd": ("src", "weights"), "bwd_d": ("diff_dst", "weights"), "bwd_w": ("src", "diff_dst")}
+        return names[self.config.op] + (("bias",) if self.config.bias else ())
 
     def f32_args(self) -> tuple[np.ndarray, ...]:
         """The inputs as float32 (exact: every dtype here widens to f32 without rounding)."""
@@ -418,8 +423,10 @@ def layers(suite: str) -> list[Layer]:
 def configs(
     suite: str, ops: Iterable[str] = OPS, dtypes_: Iterable[str] = DTYPES,
     formats: Iterable[str] = FORMATS, skip_slow: bool = False, layer_names: Optional[Iterable[str]] = None,
+    bias: bool = False,
 ) -> list[Config]:
-    """Every configuration of ``suite`` for the chosen ops, dtypes and formats.
+    """Every configuration of ``suite`` for the chosen ops, dtypes and formats (``bias``: the
+    forwards with a bias).
 
     Ordered layer by layer, then op, data format and dtype (f32 before bf16 and f16, so the
     f16/f32 ratio of target 5 compares neighbours).
@@ -433,5 +440,5 @@ def configs(
         for op in ops:
             for fmt in formats:
                 for dt in dtypes_:
-                    out.append(Config(suite, lay, op, dt, fmt))
+                    out.append(Config(suite, lay, op, dt, fmt, bias=bias and op == "fwd"))
     return out
