@@ -71,7 +71,6 @@ class _Forward(torch.autograd.Function):
     def forward(ctx: Any, src: Tensor, weight: Tensor, bias: Optional[Tensor], geometry: Geometry) -> Tensor:
         ctx.save_for_backward(src, weight)
         ctx.geometry = geometry
-        ctx.has_bias = bias is not None
         return run(ConvTranspose, geometry, src, weight, bias)
 
     @staticmethod
@@ -150,7 +149,7 @@ def _forward_grads(calls: _Calls, ctx: Any, grad: Tensor) -> tuple[Optional[Tens
     need_src, need_weight, need_bias = ctx.needs_input_grad[:3]
     return (calls.bd(grad, weight) if need_src else None,
             calls.bw(src, grad, weight.shape) if need_weight else None,
-            grad.sum(dim=(0, *range(2, grad.dim()))) if need_bias and ctx.has_bias else None)
+            grad.sum(dim=(0, *range(2, grad.dim()))) if need_bias else None)  # False without a bias
 
 
 def _backward_data_grads(calls: _Calls, ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
@@ -244,9 +243,8 @@ def _setup(ctx: Any, first: Tensor, second: Tensor, geometry: Sequence[Any]) -> 
 
 
 def _forward_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-    src, weight, bias, *geometry = inputs
+    src, weight, _bias, *geometry = inputs  # a bias's gradient needs none of it
     _setup(ctx, src, weight, geometry)
-    ctx.has_bias = bias is not None
 
 
 def _backward_data_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -316,7 +314,8 @@ def _conv_transpose(
         return traced
     if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
-        return _apply(_Forward, input, weight, bias, geometry)
+        recorded: Tensor = _Forward.apply(input, weight, bias, geometry)  # type: ignore[no-untyped-call]
+        return recorded
     return run(ConvTranspose, geometry, input, weight, bias)  # no gradient to record: no Function
 
 

@@ -164,7 +164,7 @@ def run(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: 
         if fast.relayout is not None:
             second = second.contiguous(memory_format=fast.relayout)
         if fast.relayout is None or second.stride() == fast.relayout_strides:
-            out = torch.empty_strided(fast.shape, fast.strides, dtype=fast.dtype, device="cpu")
+            out = activation.new_empty_strided(fast.shape, fast.strides)  # its dtype (fast.dtype), on the CPU
             pointers = [activation.data_ptr(), second.data_ptr()]
             if bias is not None:
                 pointers.append(bias.data_ptr())
@@ -211,7 +211,7 @@ def _run_op(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bi
         result = from_nxc(result)
     executor = op.executor_for(arrays)
     fast = None
-    if executor is not None and executor.dense_output and array.flags.c_contiguous and \
+    if executor is not None and executor.dense_output and array.flags.c_contiguous and result.dtype == activation.dtype and \
             tuple(executor.output_shape) == array.shape and all(_same_memory(t, a) for t, a in zip(args, arrays)):
         strides = tuple(second.stride()) if relayout is not None else ()
         fast = _Fast(executor, tuple(result.shape), tuple(result.stride()), result.dtype, relayout, strides)
