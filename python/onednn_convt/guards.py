@@ -137,7 +137,8 @@ STRIDED_DECONVOLUTION_EPILOGUE = Guard(
     ),
     route=(
         "the deconvolution without them (as ConvolutionBackwardData where groups is 1), then "
-        "a second partition adds the bias and applies the post-ops in dst"
+        "a second partition adds the bias and applies the post-ops in dst (a plain call's bias "
+        "in a small f32 result: the package's core, after the op)"
     ),
     evidence=(
         "AMD Zen5 (EPYC, avx512_core_bf16), 2 threads: 68 of 696 f32 model-sized problems "
