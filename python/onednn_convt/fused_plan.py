@@ -14,8 +14,9 @@ import numpy as np
 from . import dtypes, fusion, guards, limits, native, reference, schema, shapes
 from . import lowering as lowering_rules
 from .errors import OneDNNError, UnsupportedError
-from .fusion import F32, Core, Fusion, graph_nodes, make_core, staged_core, tiles_core
+from .fusion import F32, SLOW_STRIDE_1_EPILOGUE, Core, Fusion, graph_nodes, make_core, staged_core, tiles_core
 from .lowering import base as lowerings
+from .lowering import forward as forward_lowerings
 from .plan import describe, finite_or_redone, fixed_view
 from .post_ops import INT8_DTYPES, INT8_SUM_AFTER_POST_OP, INT8_WITHOUT_VNNI, library_sum
 
@@ -337,6 +338,12 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     if not f.int8 and core.kind == lowerings.CONV_TRANSPOSE and guards.strided_deconvolution_epilogue(code, strides):
         core = staged_core(op, problem)
         guard = guard or guards.STRIDED_DECONVOLUTION_EPILOGUE.name
+    elif not f.int8 and core.kind == lowerings.CONV_TRANSPOSE and all(s == 1 for s in strides):
+        # a speed rule (no guard): the forward Convolution over flipped weights keeps its speed
+        # with them fused; where it cannot run the call, the op alone and the rest after it
+        flipped = lowerings.FLIPPED_CONVOLUTION in forward_lowerings.candidates(problem)
+        core = (make_core(op, lowering_rules.build(problem, lowerings.FLIPPED_CONVOLUTION), src.shape, w.shape)
+                if flipped else staged_core(op, problem, SLOW_STRIDE_1_EPILOGUE))
     elif (f.int8 and not unfused and core.kind == lowerings.CONV_TRANSPOSE
           and guards.strided_deconvolution_epilogue("f32", strides)
           and library_sum(f.post_ops, operand_shapes, out_shape) is not None):

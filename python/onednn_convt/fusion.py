@@ -77,10 +77,10 @@ class Fusion:
 class Core:
     """The library op that computes a fused call's ConvTranspose, at the head of its graph.
 
-    The library's ``ConvTranspose``; or, where the plain op runs as a forward
-    ``Convolution`` over flipped weights (depthwise, stride 1: :mod:`onednn_convt.lowering.forward`),
-    that Convolution, whose kernels keep their speed with post-ops fused where the library's
-    deconvolution kernel loses it (10x and more on the models suite's depthwise layer).
+    The library's ``ConvTranspose``; or, with stride 1, a forward ``Convolution`` over
+    flipped weights (:mod:`onednn_convt.lowering.forward`; the plain op's own lowering for
+    depthwise layers), whose kernels keep their speed with post-ops fused where the
+    library's deconvolution kernel loses it (10-20x: see :func:`staged_core`).
 
     Or, in NXC where the taps tile the output (stride = kernel, no pads: the U-Net
     up-sampling), the ``MatMul`` over the taps that writes dst itself
@@ -121,19 +121,27 @@ def make_core(op: ConvTranspose, lowering: Optional[lowerings.Lowering], src_sha
     return Core(lowerings.CONV_TRANSPOSE, op._convtranspose_attrs(src_shape, w_shape), op.attrs["weights_format"])
 
 
-def staged_core(op: ConvTranspose, problem: Problem) -> Core:
+#: why a stride-1 float call's deconvolution runs apart from its bias and post-ops
+SLOW_STRIDE_1_EPILOGUE = "oneDNN 3.2's stride-1 deconvolution is slow with them fused"
+
+
+def staged_core(op: ConvTranspose, problem: Problem, why: str = guards.STRIDED_DECONVOLUTION_EPILOGUE.name) -> Core:
     """The core of a float call that the library's deconvolution would compute with its
-    bias and post-ops fused, where the guard
-    :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE` forbids that (a stride > 1):
-    the op alone (ConvolutionBackwardData where groups is 1, the same kernel; else the
-    library's ConvTranspose), then BiasAdd and the post-ops as a second partition, in dst."""
+    bias and post-ops fused, where that is wrong (the guard
+    :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`: a stride > 1) or slow
+    (:data:`SLOW_STRIDE_1_EPILOGUE`: with stride 1, oneDNN 3.2's deconvolution with a fused
+    bias or post-op runs its blocked JIT kernel, 10-20x the time of the op alone and the rest
+    after it; measured on an AMD Zen5, f32 and bf16, k3 s1 p1 layers of 75 to 262,144 output
+    elements: 8x32x32x32 -> 32 with bias + ReLU, 4.8 ms fused against 0.41 ms staged in NCX f32,
+    6.3 against 0.19 ms in NXC bf16): the op alone (ConvolutionBackwardData where groups is
+    1, the same kernel; else the library's ConvTranspose), then BiasAdd and the post-ops as
+    a second partition, in dst. ``why`` ends ``op.lowering``."""
     from .lowering import forward
 
     name = lowerings.CONVOLUTION_BACKWARD_DATA if problem.groups == 1 else lowerings.CONV_TRANSPOSE
     low = forward.build(problem, name)
     return Core(low.kind, low.attrs, low.attrs["weights_format"], staged=True,
-                how=f" (the ConvTranspose as {name}, then the rest: "
-                    f"{guards.STRIDED_DECONVOLUTION_EPILOGUE.name})")
+                how=f" (the ConvTranspose as {name}, then the rest: {why})")
 
 
 #: dtype -> the dispatch ISAs on which oneDNN 3.2 runs a MatMul with every post-op chain on
