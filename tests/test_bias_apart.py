@@ -1,7 +1,8 @@
 """A forward's bias kept out of the library ops (``lowering.forward.bias_apart``): the core
 adds it to a small f32 result after the op (``"+bias (core)"``), a second partition to a
-larger or low-precision one (``"+BiasAdd: 2 partitions"``); a polyphase phase, which writes
-a strided view of dst, keeps it in the library op unless the core adds it.
+larger or low-precision one (``"+BiasAdd: 2 partitions"``); a polyphase call's phases take it
+where the core adds it to each phase's view (a small f32 result), else one BiasAdd follows them
+over dst.
 
 Each path against the float64 reference, planned and then through the C++ executor, into
 fresh and strided (NaN-filled) out= arrays, with biases that are views (every other value,
@@ -72,7 +73,7 @@ def test_a_partition_adds_the_bias_of_larger_or_bf16_results(shape, data_format,
 
 
 def test_the_choice():
-    """Which way each problem goes; a polyphase phase never takes a BiasAdd partition."""
+    """Which way each problem goes."""
     op = oc.ConvTranspose(data_format="NCX", weights_format="IOX")
     x, w, b = np.ones((1, 4, 5, 5), np.float32), np.ones((4, 3, 3, 3), np.float32), np.ones(3, np.float32)
     p = op._problem([x, w, b], "f32")
@@ -81,11 +82,6 @@ def test_the_choice():
     assert forward.bias_apart(op._problem([x, w, b], "bf16")) == forward.STAGE
     big = np.ones((1, 4, 200, 200), np.float32)  # 3 x 202 x 202 > HOST_BIAS_ELEMENTS
     assert forward.bias_apart(op._problem([big, w, b], "f32")) == forward.STAGE
-    from dataclasses import replace
-
-    phase = replace(op._problem([big, w, b], "f32"), whole_out=False)
-    assert forward.bias_apart(phase) is None and forward.library_bias(phase)
-    assert forward.bias_apart(replace(p, whole_out=False)) == forward.HOST
 
 
 def _dense(shape, code="f32"):
@@ -114,3 +110,64 @@ def test_core_bias_on_any_output_strides(axis):
     compiled.execute([x, w, b], out)
     ref = reference.conv_transpose(*(a.astype(np.float64) for a in (x, w, b)), data_format=fmt, weights_format="IOX")
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize(("code", "large"), [("f32", False), ("f32", True), ("bf16", False)])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_polyphase_bias_in_the_phases_or_after_them(code, large, data_format, groups, monkeypatch):
+    """The polyphase lowering forced: a small f32 result's phases take the bias (the core adds
+    it to each view), a larger (or bf16) one's phases run without it and one BiasAdd follows
+    over dst (in NumPy for an out= of other strides), unless every phase is a forward
+    Convolution (depthwise), which takes it; the bias-only views hold the bias."""
+    from onednn_convt import lowering
+    from onednn_convt.lowering import base, polyphase
+
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+                        lowering.candidates(p)[0])
+    if large:
+        monkeypatch.setattr(forward, "HOST_BIAS_ELEMENTS", 0)
+    rng = np.random.default_rng(5)
+    dt = ml_dtypes.bfloat16 if code == "bf16" else np.float32
+    # k3 s4: kernel below the stride, so some phases hold the bias alone; output_padding too
+    attrs = dict(strides=(2, 4), output_padding=(1, 2), pads_begin=(1, 0), pads_end=(0, 1), data_format=data_format,
+                 weights_format="IOX")
+    attrs["groups"] = groups
+    oc_ = 3 if groups == 1 else 4
+    x = rng.standard_normal((2, 4, 5, 4) if data_format == "NCX" else (2, 5, 4, 4)).astype(dt)
+    w = rng.standard_normal((4, oc_ // groups, 3, 3)).astype(dt)
+    longer = rng.standard_normal(2 * oc_).astype(dt)
+    for b in (longer[::2], longer[:oc_][::-1]):
+        op = oc.ConvTranspose(**attrs)
+        _check(op, attrs, x, w, b, code, 4 // groups)
+        text = op.lowering or ""
+        assert text.startswith("Polyphase"), text
+        convolutions = all(p is None or p.lowering.kind == "Convolution" for p in op.last_plan.plans)
+        after = (code == "bf16" or large) and not convolutions
+        assert text.startswith("Polyphase+BiasAdd (") == after, text
+        assert ("+bias (core)" in text) == (not after and not convolutions), text
+        assert op.partitions == sum(p is not None for p in op.last_plan.plans) + after
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_polyphase_of_forward_convolutions_keeps_the_bias_in_them(code, data_format, monkeypatch):
+    """A depthwise k4 s2 p1 layer, polyphase forced and every f32 result "large": each phase is
+    the hand rules' forward Convolution over flipped weights, which takes the bias itself, so
+    no BiasAdd follows."""
+    from onednn_convt import lowering
+    from onednn_convt.lowering import base, polyphase
+
+    rule = lowering.rule
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+                        rule(p, native=native))
+    monkeypatch.setattr(forward, "HOST_BIAS_ELEMENTS", 0)
+    rng = np.random.default_rng(8)
+    dt = ml_dtypes.bfloat16 if code == "bf16" else np.float32
+    attrs = dict(strides=2, pads_begin=1, pads_end=1, groups=8, data_format=data_format, weights_format="IOX")
+    x = rng.standard_normal((2, 8, 5, 4) if data_format == "NCX" else (2, 5, 4, 8)).astype(dt)
+    w = rng.standard_normal((8, 1, 4, 4)).astype(dt)
+    b = rng.standard_normal(8).astype(dt)
+    op = oc.ConvTranspose(**attrs)
+    _check(op, attrs, x, w, b, code, 4)
+    assert op.lowering == "Polyphase (4 phases, stride 1: Convolution)", op.lowering

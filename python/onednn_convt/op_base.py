@@ -54,11 +54,15 @@ class Op:
         if plan is None:
             return None
         low = plan.lowering
-        text = str(low.kind) + ("+BiasAdd: 2 partitions" if getattr(low, "bias_stage", False) else "")
-        text += "+bias (core)" if getattr(low, "host_bias", None) is not None else ""
-        if isinstance(plan, PhasedPlan):
-            kinds = sorted({p.lowering.kind for p in plan.plans if p is not None})
-            text += f" ({len(low.phases)} phases, stride 1: {', '.join(kinds) or 'the bias alone'})"
+        staged = getattr(low, "bias_stage", False)
+        if isinstance(plan, PhasedPlan):  # the phases, then a BiasAdd over dst where staged
+            kinds = sorted({p.lowering.kind + ("+bias (core)" if p.lowering.host_bias is not None else "")
+                            for p in plan.plans if p is not None})
+            text = (f"{low.kind}{'+BiasAdd' if staged and plan.bias_axis is not None else ''} "
+                    f"({len(low.phases)} phases, stride 1: {', '.join(kinds) or 'the bias alone'})")
+        else:
+            text = str(low.kind) + ("+BiasAdd: 2 partitions" if staged else "")
+            text += "+bias (core)" if getattr(low, "host_bias", None) is not None else ""
         text += " (f32 emulation)" if plan.emulated else ""
         tuning = getattr(plan, "tuning", None)
         return text if tuning is None else f"{text} (tuned: {tuning.name})"
@@ -79,6 +83,8 @@ class Op:
         if plan is None:
             return None
         low = plan.lowering
+        if isinstance(plan, PhasedPlan):  # one partition a phase, and the BiasAdd after them
+            return sum(p is not None for p in plan.plans) + (plan.bias_add is not None)
         return 2 if getattr(low, "bias_stage", False) else int(getattr(low, "partitions", 1))
 
     @property

@@ -144,22 +144,25 @@ class PhasedPlan:
     lowering: Lowering
     dtype: np.dtype[Any]
     plans: list[Optional[Plan]]
-    #: a forward's bias axis in dst (the channel axis), where the phases that hold the bias alone
-    #: fill it; None: they hold zeros
+    #: a forward's bias axis in dst (the channel axis): the phases that hold the bias alone
+    #: fill it, or (``lowering.bias_stage``) ``bias_add`` adds it over dst after the phases;
+    #: None: no bias
     bias_axis: Optional[int] = None
     emulated: bool = False
     executor: Any = None
     tuning: Optional[Tuning] = None
+    #: BiasAdd over a C-contiguous dst, in place (``lowering.bias_stage``); None: NumPy adds it
+    bias_add: Any = None
 
     def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
         result = np.empty(self.lowering.out_shape, self.dtype) if out is None else out
+        bias = arrays[2] if self.bias_axis is not None else None
+        after = bias is not None and self.lowering.bias_stage
         for phase, plan in zip(self.lowering.phases, self.plans):
             if phase.fill is not None:
                 view = result[phase.fill]
-                if self.bias_axis is not None and arrays[2] is not None:
-                    shape = [1] * result.ndim
-                    shape[self.bias_axis] = -1
-                    view[...] = np.reshape(arrays[2], shape)
+                if bias is not None and not after:
+                    view[...] = np.reshape(bias, self._bias_shape(result))
                 else:
                     view[...] = 0
             if plan is None:
@@ -172,7 +175,19 @@ class PhasedPlan:
                 plan.run(args, view)
             else:  # oneDNN refuses strides that do not nest (a weights phase): written here
                 np.copyto(view, plan.run(args, None))
+        if after:
+            if self.bias_add is not None and result.flags.c_contiguous:
+                self.bias_add.execute([result, np.ascontiguousarray(bias)], result)  # in place: elementwise
+            else:  # an out= of other strides, or no kernel in this dtype: in f32, rounded
+                added = np.asarray(result, np.float32) + np.reshape(np.asarray(bias, np.float32),
+                                                                    self._bias_shape(result))
+                np.copyto(result, added.astype(self.dtype))
         return result
+
+    def _bias_shape(self, result: np.ndarray) -> list[int]:
+        shape = [1] * result.ndim
+        shape[self.bias_axis or 0] = -1
+        return shape
 
 
 def nested(a: np.ndarray) -> bool:
@@ -302,10 +317,26 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         view = result[phase.out] if phase.out else result
         written = view if not phase.accumulate and nested(view) else None
         plans.append(plan_for(target, phase.lowering, args, written, code))
-    bias_axis = None
-    if target.bias_format is not None:
+    bias_axis = bias_add = None
+    if target.bias_format is not None and len(arrays) > 2 and arrays[2] is not None:
         bias_axis = 1 if target.bias_format == "NCX" else len(lowering.out_shape) - 1
-    return PhasedPlan(lowering, dtype, plans, bias_axis)
+        if lowering.bias_stage:
+            bias_add = _bias_add(target.bias_format, lowering.out_shape, code)
+    return PhasedPlan(lowering, dtype, plans, bias_axis, bias_add=bias_add)
+
+
+def _bias_add(data_format: str, shape: tuple[int, ...], code: str) -> Any:
+    """A BiasAdd (one partition) over a C-contiguous dst of ``shape`` and a dense bias, to run
+    in place after a polyphase call's phases; None where the library has no kernel for
+    ``code`` here."""
+    dst = (list(shape), list(shapes.dense_strides(shape)), code)
+    channels = shape[1] if data_format == "NCX" else shape[-1]
+    attrs: dict[str, Any] = {"data_format": data_format}
+    node = ("BiasAdd", attrs, [0, 1], dst)
+    try:
+        return native.compile("BiasAdd", {}, [dst, ([channels], [1], code)], dst, nodes=[node])
+    except UnsupportedError:
+        return None
 
 def compile_lowering(
     lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray],

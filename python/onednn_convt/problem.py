@@ -147,8 +147,6 @@ class Problem:
             src, weights[, bias]; BackwardData: diff_dst, weights; BackwardWeights: src,
             diff_dst).
         out_shape: shape of the result.
-        whole_out: whether the result is a whole array of ``out_shape``; False for a
-            polyphase phase, which writes a strided view of the call's result.
     """
 
     op: str
@@ -167,7 +165,6 @@ class Problem:
     bias: bool
     input_shapes: tuple[tuple[int, ...], ...]
     out_shape: tuple[int, ...]
-    whole_out: bool = True
 
     @property
     def rank(self) -> int:

@@ -48,7 +48,7 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
     phases = getattr(plan.lowering, "phases", None)
     if not phases:
         return _plan_runner(plan, arrays)
-    runners, notes = [], {"phases only (no fills or sums)"}
+    runners, notes = [], {"phases only (no fills, sums or final BiasAdd)"}
     result = np.empty(plan.lowering.out_shape, plan.dtype)
     for phase, sub in zip(phases, plan.plans):
         if sub is None:

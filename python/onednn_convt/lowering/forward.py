@@ -87,14 +87,15 @@ def bias_apart(p: Problem) -> Optional[str]:
     (a partition costs about 3.5 us more a call; at 131,072 elements, k4 s2, the partition
     took 0.93x the loop's time, which runs on one thread). f32 only: a bf16/f16 result would be rounded twice by the core.
 
-    A polyphase phase (``p.whole_out`` False), which writes a strided view of dst, keeps
-    its bias in the library op unless the core adds it: a BiasAdd partition on such a view
-    took 11-13x the phases' time (8x64x64x64 depthwise k4 s2 NCX f32: 196 against 15 ms)."""
+    A polyphase lowering asks this of the whole problem: where the answer is
+    :data:`STAGE` its phases run without the bias and one BiasAdd follows them over dst (a
+    BiasAdd partition per phase, on its strided view of dst, took 11-13x the phases' time:
+    8x64x64x64 depthwise k4 s2 NCX f32, 196 against 15 ms)."""
     if not p.bias:
         return None
     if p.dtype == "f32" and int(np.prod(p.out_shape)) <= HOST_BIAS_ELEMENTS:
         return HOST
-    return STAGE if p.whole_out else None
+    return STAGE
 
 
 def library_bias(p: Problem) -> bool:

@@ -12,6 +12,15 @@ and grouped layers, and wrong with a fused bias on some: the guard
 (``M = 0``: kernel below the stride) or outputs past the last tap's reach (output_padding)
 holds the bias there (or zeros): the view is filled first.
 
+A forward's bias (:func:`onednn_convt.lowering.forward.bias_apart`): in a small f32 result
+each phase's op runs without it and the core adds it to the phase's view; otherwise no phase
+takes it (oneDNN 3.2's stride-1 deconvolution with a bias is slow, in bf16 by 9 ns an output
+element) and one BiasAdd partition adds it over the whole of dst after the phases
+(``Lowering.bias_stage``), the bias-only views filled with zeros; unless every phase runs as
+a forward Convolution, which takes it. Measured on an AMD Zen5 against the bias in the
+phases' library ops (k4 s2 p1 layers of the models suite, out= calls): bf16 0.15-0.50x the
+time, f32 0.49-1.02x.
+
 BackwardWeights has the matching form: phase ``phi`` of diff_weights (``dw[phi::s]``) is the
 stride-1 BackwardWeights of src and the phase's view of diff_dst ``dd[o0::s]``.
 
@@ -32,7 +41,7 @@ from typing import Callable, Sequence
 
 from .. import guards
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Geometry, Problem
-from . import base
+from . import base, forward
 from .base import Lowering, Phase
 
 #: the most phases (s^d) a problem may split into (each is a library call)
@@ -87,7 +96,7 @@ def applies(p: Problem) -> bool:
     return p.dtype == "f32" or (p.dtype == "bf16" and guards.dispatch_isa() in guards.BF16_NATIVE)
 
 
-def _sub_problem(p: Problem, dims: Sequence[DimPhase], op: str) -> Problem:
+def _sub_problem(p: Problem, dims: Sequence[DimPhase], op: str, bias: bool = False) -> Problem:
     """The stride-1 problem of one phase (reach outputs per dim)."""
     n_dims = len(dims)
     kernel = tuple(d.taps for d in dims)
@@ -100,14 +109,14 @@ def _sub_problem(p: Problem, dims: Sequence[DimPhase], op: str) -> Problem:
         return (p.n, c, *sp) if p.data_format == "NCX" else (p.n, *sp, c)
 
     if op == FORWARD:
-        shapes = (act(p.ic, src), wshape) + ((p.oc,),) if p.bias else (act(p.ic, src), wshape)
+        shapes = (act(p.ic, src), wshape) + ((p.oc,),) if bias else (act(p.ic, src), wshape)
         out = act(p.oc, dst)
     elif op == BACKWARD_DATA:
         shapes, out = (act(p.oc, dst), wshape), act(p.ic, src)
     else:
         shapes, out = (act(p.ic, src), act(p.oc, dst)), wshape
     return Problem(op, p.dtype, p.data_format, p.weights_format, p.groups, p.n, p.ic, p.oc, src, dst, kernel,
-                   geometry, (0,) * n_dims, p.bias and op == FORWARD, shapes, out, whole_out=False)
+                   geometry, (0,) * n_dims, bias and op == FORWARD, shapes, out)
 
 
 def _spatial_axes(p: Problem, tensor: str) -> list[int]:
@@ -137,6 +146,20 @@ Chooser = Callable[[Problem], Lowering]
 def build(p: Problem, choose: Chooser) -> Lowering:
     """The polyphase lowering of ``p`` (:func:`applies`); ``choose`` gives each phase's
     stride-1 problem its lowering (the rules' choice)."""
+    # a forward's bias: in each phase (the core adds it to a small f32 result), or in one
+    # BiasAdd over dst after them (see the module's docstring), except where every phase
+    # runs as a forward Convolution, whose kernels add it at no cost (a depthwise NXC layer:
+    # 2.5 ms with it in the phases, 3.5 with the BiasAdd after them; AMD Zen5, f32)
+    after = p.op == FORWARD and forward.bias_apart(p) == forward.STAGE
+    parts = _parts(p, choose, p.op == FORWARD and p.bias and not after)
+    if after and all(ph.lowering is None or ph.lowering.kind == base.CONVOLUTION for ph in parts):
+        parts, after = _parts(p, choose, True), False
+    return Lowering(base.POLYPHASE, {}, tuple(range(len(p.input_shapes))), p.out_shape, name=base.POLYPHASE,
+                    phases=tuple(parts), bias_stage=after)
+
+
+def _parts(p: Problem, choose: Chooser, in_phases: bool) -> list[Phase]:
+    """The phases of ``p``; ``in_phases``: a forward's phases take its bias."""
     g = p.geometry
     s = g.strides
     per_dim = [phases(x, k, st, pb, y) for x, k, st, pb, y in zip(p.src, p.kernel, s, g.pads_begin, p.dst)]
@@ -155,8 +178,8 @@ def build(p: Problem, choose: Chooser) -> Lowering:
             if not reached:  # the bias (or zeros) alone
                 parts.append(Phase(None, (), whole, fill))
                 continue
-            inputs = ((0, ()), (1, w_view)) + (((2, ()),) if p.bias else ())
-            parts.append(Phase(choose(_sub_problem(p, dims, FORWARD)), inputs, reach, fill))
+            inputs = ((0, ()), (1, w_view)) + (((2, ()),) if in_phases else ())
+            parts.append(Phase(choose(_sub_problem(p, dims, FORWARD, in_phases)), inputs, reach, fill))
         elif p.op == BACKWARD_WEIGHTS:
             if any(d.taps == 0 for d in dims):
                 continue  # no taps: an empty view of diff_weights
@@ -170,5 +193,4 @@ def build(p: Problem, choose: Chooser) -> Lowering:
             parts.append(Phase(sub, ((0, reach), (1, w_view)), (), None, accumulate=not first))
     if p.op == BACKWARD_DATA and not parts:  # no tap reaches diff_dst: diff_src is 0
         parts.append(Phase(None, (), (), ()))
-    return Lowering(base.POLYPHASE, {}, tuple(range(len(p.input_shapes))), p.out_shape, name=base.POLYPHASE,
-                    phases=tuple(parts))
+    return parts
