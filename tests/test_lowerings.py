@@ -145,8 +145,9 @@ RULED = [
             pads_end=(0, 2, 1), ic=4, oc=6, weights_format="XOI"), FWD, CONV_BWD_D),
     (Config(src=(5, 5), kernel=(4, 4), strides=2, auto_pad="SAME_LOWER", ic=4, oc=6, data_format="NXC",
             weights_format="XOI"), FWD, CONV_BWD_D),
-    # ... with a bias or groups: ConvTranspose
-    (Config(src=(5, 4), kernel=(3, 2), strides=2, pads_begin=1, ic=4, oc=6, bias=True), FWD, CONV_T),
+    # ... with a bias too (added apart from the library op: lowering.forward.bias_apart)
+    (Config(src=(5, 4), kernel=(3, 2), strides=2, pads_begin=1, ic=4, oc=6, bias=True), FWD, CONV_BWD_D),
+    # ... with groups: ConvTranspose
     (Config(src=(5, 4), kernel=(3, 3), strides=2, ic=4, oc=6, groups=2, data_format="NXC", weights_format="XOI"),
      FWD, CONV_T),
 ]

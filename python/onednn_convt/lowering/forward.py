@@ -4,7 +4,7 @@
 - ``ConvolutionBackwardData``: the backward data of the convolution this op transposes, on
   the same weights memory (IOX read as OIX, XOI as XIO) with ``dst_shape`` giving the output
   size; groups 1 (oneDNN 3.2 rejects groups there) and no bias, except where the bias is
-  added by a second partition or by the core anyway (:func:`library_bias`).
+  added by a second partition or by the core anyway (:func:`bias_apart`).
 
 A bias never reaches the library ops (:func:`bias_apart`): with a stride > 1 the
 deconvolution's strided kernel adds it once per partial sum on some problems (the guard
@@ -44,7 +44,7 @@ def candidates(p: Problem) -> list[str]:
     if matmul_lowering.applies(p.kernel, p.groups, g.dilations):
         return [base.OVERLAP_ADD]
     names = [base.CONV_TRANSPOSE]
-    if p.groups == 1 and not library_bias(p):
+    if p.groups == 1:  # a bias never reaches the library op (bias_apart)
         names.append(base.CONVOLUTION_BACKWARD_DATA)
     if _flippable(p):
         names.append(base.FLIPPED_CONVOLUTION)
@@ -85,7 +85,8 @@ def bias_apart(p: Problem) -> Optional[str]:
     partition; an 8x32x32x32 NXC one 670 against 350 us); bf16, 0.07-0.21x (2,430 against
     250 us). The core's loop (one thread) beats a partition up to :data:`HOST_BIAS_ELEMENTS`
     (a partition costs about 3.5 us more a call; at 131,072 elements, k4 s2, the partition
-    took 0.93x the loop's time, which runs on one thread). f32 only: a bf16/f16 result would be rounded twice by the core.
+    took 0.93x the loop's time, which runs on one thread). f32 only: a bf16/f16 result
+    would be rounded twice by the core.
 
     A polyphase lowering asks this of the whole problem: where the answer is
     :data:`STAGE` its phases run without the bias and one BiasAdd follows them over dst (a
@@ -96,11 +97,6 @@ def bias_apart(p: Problem) -> Optional[str]:
     if p.dtype == "f32" and int(np.prod(p.out_shape)) <= HOST_BIAS_ELEMENTS:
         return HOST
     return STAGE
-
-
-def library_bias(p: Problem) -> bool:
-    """Whether the library ops take ``p``'s bias (:func:`bias_apart`)."""
-    return p.bias and bias_apart(p) is None
 
 
 def _flippable(p: Problem) -> bool:

@@ -19,7 +19,7 @@ element) and one BiasAdd partition adds it over the whole of dst after the phase
 (``Lowering.bias_stage``), the bias-only views filled with zeros; unless every phase runs as
 a forward Convolution, which takes it. Measured on an AMD Zen5 against the bias in the
 phases' library ops (k4 s2 p1 layers of the models suite, out= calls): bf16 0.15-0.50x the
-time, f32 0.49-1.02x.
+time, f32 0.44-1.03x.
 
 BackwardWeights has the matching form: phase ``phi`` of diff_weights (``dw[phi::s]``) is the
 stride-1 BackwardWeights of src and the phase's view of diff_dst ``dd[o0::s]``.

@@ -37,7 +37,7 @@ from typing import Sequence
 
 from .. import cpu, guards
 from ..problem import BACKWARD_DATA, FORWARD, Problem, depthwise
-from . import base, forward, matmul_backward_weights, matmul_lowering, matmul_tiles, rules_table, weights
+from . import base, matmul_backward_weights, matmul_lowering, matmul_tiles, rules_table, weights
 
 #: the ISA classes of the measured table: each dispatch ISA (:func:`guards.dispatch_isa`) and
 #: the class whose tuning run stands for it (the kernels oneDNN 3.2 dispatches change with
@@ -108,7 +108,8 @@ def _forward(p: Problem) -> str:
     g = p.geometry
     if matmul_lowering.applies(p.kernel, p.groups, g.dilations):
         return base.OVERLAP_ADD
-    kind = forward_kind(p.kernel, *g.astuple(), p.groups, p.ic, p.oc, bias=forward.library_bias(p))
+    # the library op never takes the bias (lowering.forward.bias_apart)
+    kind = forward_kind(p.kernel, *g.astuple(), p.groups, p.ic, p.oc, bias=False)
     if kind == base.CONVOLUTION:
         return base.FLIPPED_CONVOLUTION
     # oneDNN's AMX backward-data kernel, which both library lowerings run, fails where a
