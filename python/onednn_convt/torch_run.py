@@ -122,16 +122,15 @@ def memory_format(rank: int) -> torch.memory_format:
 class _Fast:
     """A signature's executor and how to lay out its result."""
 
-    __slots__ = ("executor", "shape", "strides", "dtype", "relayout", "relayout_strides")
+    __slots__ = ("executor", "shape", "strides", "relayout", "relayout_strides")
 
-    def __init__(self, executor: Any, shape: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype,
+    def __init__(self, executor: Any, shape: tuple[int, ...], strides: tuple[int, ...],
                  relayout: Optional[torch.memory_format], relayout_strides: tuple[int, ...]) -> None:
         self.executor = executor
         # the result as torch sees it: (N, C, X...) with channels-last strides for an NXC call,
-        # over the dense memory the executor writes
+        # over the dense memory the executor writes; its dtype is the activation's
         self.shape = shape
         self.strides = strides
-        self.dtype = dtype
         # BackwardWeights: the second activation brought to the first's layout, and the strides
         # that gave (the executor was compiled for them)
         self.relayout = relayout
@@ -164,7 +163,7 @@ def run(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: 
         if fast.relayout is not None:
             second = second.contiguous(memory_format=fast.relayout)
         if fast.relayout is None or second.stride() == fast.relayout_strides:
-            out = activation.new_empty_strided(fast.shape, fast.strides)  # its dtype (fast.dtype), on the CPU
+            out = activation.new_empty_strided(fast.shape, fast.strides)  # the activation's dtype, on the CPU
             pointers = [activation.data_ptr(), second.data_ptr()]
             if bias is not None:
                 pointers.append(bias.data_ptr())
@@ -214,7 +213,7 @@ def _run_op(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bi
     if executor is not None and executor.dense_output and array.flags.c_contiguous and result.dtype == activation.dtype and \
             tuple(executor.output_shape) == array.shape and all(_same_memory(t, a) for t, a in zip(args, arrays)):
         strides = tuple(second.stride()) if relayout is not None else ()
-        fast = _Fast(executor, tuple(result.shape), tuple(result.stride()), result.dtype, relayout, strides)
+        fast = _Fast(executor, tuple(result.shape), tuple(result.stride()), relayout, strides)
     return result, fast
 
 
