@@ -44,13 +44,17 @@ class Case:
         return "-".join(fields) + ("-bias" if self.bias else "") + ("-cl" if self.channels_last else "")
 
     def modules(self, dtype: Any = torch.float32) -> tuple[Any, Any]:
-        """(torch's module in float64, ours in dtype) with the same parameters."""
+        """(torch's module in float64, ours in dtype) with the same parameters: ours's,
+        rounded to dtype, are theirs's values, so that the float64 module is the exact
+        result of what ours computes on."""
         kw = dict(stride=self.stride, padding=self.padding, output_padding=self.output_padding,
                   groups=self.groups, dilation=self.dilation, bias=self.bias)
         theirs = getattr(torch.nn, f"ConvTranspose{self.rank}d")(self.cin, self.cout, self.kernel, **kw)
         ours = getattr(oct, f"ConvTranspose{self.rank}d")(self.cin, self.cout, self.kernel, **kw)
         ours.load_state_dict(theirs.state_dict())
-        return theirs.double(), ours.to(dtype)
+        ours.to(dtype)
+        theirs.double().load_state_dict({k: v.double() for k, v in ours.state_dict().items()})
+        return theirs, ours
 
     def input(self, gen: Any) -> Any:
         x = torch.randn(self.batch, self.cin, *([self.size] * self.rank), generator=gen)
@@ -82,12 +86,12 @@ def run_both(case: Case, dtype: Any, seed: int) -> tuple[Any, Any, Any, Any, Any
     theirs, ours = case.modules(dtype)
     gen = torch.Generator().manual_seed(seed)
     x = case.input(gen)
-    x64 = x.double().requires_grad_()
     xo = x.to(dtype).requires_grad_()
+    x64 = xo.detach().double().requires_grad_()  # what ours computes on, exactly
     want = theirs(x64)
     got = ours(xo)
     g = torch.randn(want.shape, generator=gen)
-    want.backward(g.double())
+    want.backward(g.to(dtype).double())
     got.backward(g.to(dtype).contiguous(memory_format=torch.preserve_format))
     return theirs, ours, (want, x64), (got, xo), case.reductions(want.shape)
 
