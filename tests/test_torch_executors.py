@@ -78,8 +78,8 @@ def test_later_calls_run_the_executor_on_fresh_memory(monkeypatch, dtype):
 def test_inference_calls_need_no_function(monkeypatch):
     """Without gradients to record, a call runs the op directly (no autograd Function)."""
     applied = []
-    original = oct._Forward.apply
-    monkeypatch.setattr(oct._Forward, "apply", lambda *a: applied.append(1) or original(*a))
+    original = oct._apply
+    monkeypatch.setattr(oct, "_apply", lambda *a: applied.append(a[0]) or original(*a))
     m = oct.ConvTranspose2d(4, 3, 3, stride=2)
     x = torch.randn(2, 4, 5, 5)
     with torch.no_grad():
@@ -88,7 +88,51 @@ def test_inference_calls_need_no_function(monkeypatch):
     want = F.conv_transpose2d(x.double(), m.weight.double(), m.bias.double(), 2)
     assert_close(y.numpy(), want.detach().numpy(), "f32", 36)
     m(x).sum().backward()
-    assert applied
+    assert applied[0] is oct._Forward
+
+
+def _escaped(shape: tuple[int, ...]) -> Any:
+    """A tensor that outlived the functorch transform that wrapped it (torch.func.grad)."""
+    kept: list[Any] = []
+
+    def f(t: Any) -> Any:
+        kept.append(t)
+        return t.sum()
+
+    torch.func.grad(f)(torch.randn(*shape, generator=torch.Generator().manual_seed(5)))
+    return kept[0]
+
+
+@pytest.mark.parametrize("path", ["direct", "Function.apply", "transform active"])
+def test_recorded_calls_by_either_apply(monkeypatch, path):
+    """A recorded call takes torch's C apply where it may (no functorch transform active)
+    and Function.apply otherwise; either records the same graph and gives torch's values
+    and gradients, also for a tensor that outlived its transform (unwrapped as torch does)."""
+    applied = []
+    original = oct._Forward.apply
+    monkeypatch.setattr(oct._Forward, "apply", lambda *a: applied.append(1) or original(*a))
+    if path == "Function.apply":
+        monkeypatch.setattr(oct, "_DIRECT", {})
+    elif path == "transform active":
+        monkeypatch.setattr(oct, "_TRANSFORMS_ACTIVE", lambda: True)
+    gen = torch.Generator().manual_seed(4)
+    w = torch.randn(4, 3, 3, 3, generator=gen, requires_grad=True)
+    b = torch.randn(3, generator=gen, requires_grad=True)
+    for x in (torch.randn(2, 4, 5, 5, generator=gen, requires_grad=True), _escaped((2, 4, 5, 5))):
+        w.grad = b.grad = None
+        y = oct.conv_transpose2d(x, w, b, stride=2, padding=1)
+        assert type(y.grad_fn).__name__ == "_ForwardBackward"
+        g = torch.randn(y.shape, generator=gen)
+        y.backward(g)
+        x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+        want = F.conv_transpose2d(x64, w64, b64, 2, 1)
+        want.backward(g.double())
+        assert_close(y.detach().numpy(), want.detach().numpy(), "f32", 36)
+        assert_close(w.grad.numpy(), w64.grad.numpy(), "f32", 2 * 5 * 5)
+        assert_close(b.grad.numpy(), b64.grad.numpy(), "f32", 2 * 10 * 10)
+        if x.requires_grad and x.grad is not None:
+            assert_close(x.grad.numpy(), x64.grad.numpy(), "f32", 27)
+    assert bool(applied) == (path != "direct")
 
 
 def _pair(seed: int, shape: tuple[int, ...] = (2, 4, 5, 5)) -> tuple[Any, Any]:
