@@ -215,9 +215,10 @@ def _fwd_problem(n=8, ic=64, out_channels=64, src=(16, 16), kernel=(4, 4), strid
 def test_the_nearest_measured_layers_choose():
     """Among the three nearest layers of the op, dtype and data format, the candidate with the
     lowest weighted mean of log time ratios (weights 1, 1/2, 1/3 from the nearest; 2.0 where
-    it was not measured) wins."""
+    it was not measured) wins. ("same" layers here have the problem's features, but src
+    8x32 where the problem's is 16x16: not its shape.)"""
     p = _fwd_problem()
-    same = _measured("same", {"A": 1.0, "B": 1.5})  # distance 0
+    same = _measured("same", {"A": 1.0, "B": 1.5}, src=(8, 32))  # distance 0
     batch = _measured("batch", {"A": 1.4, "B": 1.0}, n=16)  # one doubling away
     channels = _measured("channels", {"A": 1.5, "B": 1.0}, ic=256)  # two doublings
     far = _measured("far", {"A": 9.0, "B": 1.0}, ic=4096)  # not among the three nearest
@@ -234,14 +235,31 @@ def test_the_nearest_measured_layers_choose():
     # a candidate not measured on a neighbour counts as twice the fastest there: P (0.126)
     # against B (0.600); the exact neighbour's verdict is not lost to the others' gaps
     table = rules_table.Table("t", "t", "t", {}, layers=(
-        _measured("same", {"P": 1.0, "A": 3.0}), _measured("batch", {"P": 1.0, "A": 2.0}, n=16),
+        _measured("same", {"P": 1.0, "A": 3.0}, src=(8, 32)), _measured("batch", {"P": 1.0, "A": 2.0}, n=16),
         _measured("ch", {"A": 1.0, "B": 1.2}, ic=256)))
     assert table.choose(p, ["P", "B"]) == "P"
     table = rules_table.Table("t", "t", "t", {}, layers=(
-        _measured("same", {"F": 1.0, "C": 2.5}), _measured("batch", {"C": 1.0, "P": 4.0}, n=16),
+        _measured("same", {"F": 1.0, "C": 2.5}, src=(8, 32)), _measured("batch", {"C": 1.0, "P": 4.0}, n=16),
         _measured("ch", {"C": 1.0, "P": 1.1}, ic=256)))
     assert table.choose(p, ["C", "F"]) == "F"  # F: 0.315, C: (0.916 + 0 + 0) / (11/6) = 0.500
     assert rules_table.Table("t", "t", "t", {}).choose(p, ["A"]) is None  # no layers, no entries
+
+
+def test_a_layer_of_the_problems_shape_decides_alone():
+    """Where the table measured the problem's very shape (batch, channels, groups, src,
+    kernel, strides), its fastest candidate there wins, whatever the neighbours say; two
+    such layers (pads differ) weigh alike."""
+    p = _fwd_problem()
+    here = _measured("here", {"A": 1.0, "B": 1.2})
+    outvoting = (_measured("feat", {"A": 3.0, "B": 1.0}, src=(8, 32)),
+                 _measured("batch", {"A": 3.0, "B": 1.0}, n=16))
+    assert rules_table.Table("t", "t", "t", {}, layers=(*outvoting, here)).choose(p, ["A", "B"]) == "A"
+    # without it the neighbours decide
+    assert rules_table.Table("t", "t", "t", {}, layers=outvoting).choose(p, ["A", "B"]) == "B"
+    # a candidate this layer did not measure counts as twice the fastest, as elsewhere
+    assert rules_table.Table("t", "t", "t", {}, layers=(*outvoting, here)).choose(p, ["B", "C"]) == "B"
+    twin = _measured("here-padded", {"A": 1.5, "B": 1.0})  # A: log 1.5 / 2 = 0.203, B: log 1.2 / 2 = 0.091
+    assert rules_table.Table("t", "t", "t", {}, layers=(*outvoting, here, twin)).choose(p, ["A", "B"]) == "B"
 
 
 def test_the_features_order_layers_by_shape():

@@ -15,8 +15,9 @@ candidate's time over the fastest's::
                  "n": 16, "ic": 512, "oc": 256, "groups": 1, "src": [4, 4], "kernel": [4, 4],
                  "strides": [2, 2], "ratios": {"Polyphase": 1.0, "ConvolutionBackwardData": 1.08, ...}}, ...]}
 
-A problem runs as its :data:`NEIGHBOURS` nearest measured layers of the same op, dtype and
-data format ran fastest (:meth:`Table.choose`, by :func:`onednn_convt.problem.features`).
+A problem of a measured layer's shape runs as that layer ran fastest; any other problem as
+its :data:`NEIGHBOURS` nearest measured layers of the same op, dtype and data format ran
+fastest (:meth:`Table.choose`, by :func:`onednn_convt.problem.features`).
 ``default.json`` (``"cpu": "default"``) is the conservative table for a CPU with none of its
 own, keyed by :func:`onednn_convt.problem.shape_class` instead (``"rules"``: the library's own
 op in the native dtype, except where another lowering won by a margin on every CPU measured,
@@ -73,6 +74,11 @@ class Measured:
     ratios: dict[str, float]
 
     @property
+    def shape(self) -> tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """batch, input and output channels, groups, src, kernel and strides."""
+        return (self.n, self.ic, self.oc, self.groups, self.src, self.kernel, self.strides)
+
+    @property
     def features(self) -> tuple[float, ...]:
         """:func:`onednn_convt.problem.features` of the layer."""
         return problem.features(self.kernel, self.strides, self.groups, self.ic, self.oc, self.src, self.n)
@@ -107,8 +113,9 @@ class Table:
         """The lowering of ``names`` (those that can run ``p``) that ran fastest on the
         measured layers nearest to ``p``, or None where the table cannot say.
 
-        A table of layers: the :data:`NEIGHBOURS` layers of ``p``'s op, dtype and data format
-        nearest to it (Euclidean distance between :func:`onednn_convt.problem.features`),
+        A table of layers: the layers of ``p``'s op, dtype and data format whose shape is
+        ``p``'s (batch, channels, groups, src, kernel and strides), if any; else the
+        :data:`NEIGHBOURS` of them nearest to it (Euclidean distance between :func:`onednn_convt.problem.features`),
         weighted 1, 1/2, 1/3 from the nearest. Each candidate of ``names`` measured on one of
         them at least is scored by the weighted mean of the logarithm of its time ratio
         there, counted as :data:`UNMEASURED` (twice the fastest's time) on a layer where it
@@ -117,10 +124,14 @@ class Table:
         if not self.layers:
             chosen = self.entries.get((p.op, p.dtype, p.data_format, p.shape_class))
             return chosen if chosen in names else None
-        here = p.features
-        near = sorted((m for m in self.layers if (m.op, m.dtype, m.data_format) == (p.op, p.dtype, p.data_format)),
-                      key=lambda m: math.dist(m.features, here))[:NEIGHBOURS]
-        weights = [1 / (1 + i) for i in range(len(near))]
+        mine = [m for m in self.layers if (m.op, m.dtype, m.data_format) == (p.op, p.dtype, p.data_format)]
+        shape = (p.n, p.ic, p.oc, p.groups, p.src, p.kernel, p.geometry.strides)
+        near = [m for m in mine if m.shape == shape]  # this very layer: its own times, weighted alike
+        weights = [1.0] * len(near)
+        if not near:
+            here = p.features
+            near = sorted(mine, key=lambda m: math.dist(m.features, here))[:NEIGHBOURS]
+            weights = [1 / (1 + i) for i in range(len(near))]
 
         def score(name: str) -> float:
             logs = (math.log(m.ratios.get(name, UNMEASURED)) for m in near)
