@@ -30,7 +30,8 @@ STAGED = "strided_deconvolution_epilogue"
 def assert_staged(op: Any) -> None:
     """The op ran as its own partition, then the bias and post-ops in more (the guard)."""
     assert op.guard == STAGED and op.fused is False and op.partitions >= 2, op.lowering
-    assert f"partitions (the ConvTranspose as ConvolutionBackwardData, then the rest: {STAGED})" in op.lowering
+    assert any(f"partitions (the ConvTranspose as {core}, then the rest: {STAGED})" in op.lowering
+               for core in ("ConvolutionBackwardData", "ConvTranspose")), op.lowering
 UNARY_ATTRS: dict[str, dict[str, float]] = {
     "Clamp": {"min": -0.5, "max": 0.75}, "Elu": {"alpha": 0.7}, "LeakyReLU": {"alpha": 0.1},
     "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "SoftPlus": {"beta": 1.5},
@@ -186,6 +187,33 @@ def test_stride_one_past_the_flip_runs_the_op_then_the_rest(code: str, data_form
     assert op.fused is False and op.partitions >= 2 and op.guard is None, op.lowering
     assert ("(the ConvTranspose as ConvolutionBackwardData, then the rest: oneDNN 3.2's stride-1 deconvolution "
             "is slow with them fused)") in (op.lowering or ""), op.lowering  # bf16 under AVX2: "(f32 emulation)"
+    check(got, src, w, b, operands, chain, code, **attrs)
+    np.testing.assert_array_equal(np.asarray(op(src, w, b, *operands), np.float64), np.asarray(got, np.float64))
+
+
+@pytest.mark.parametrize("rule, core", [
+    ("ConvTranspose", "ConvTranspose"), ("ConvolutionBackwardData", "ConvolutionBackwardData"),
+    ("ConvTranspose in f32", "ConvTranspose"), ("Polyphase", "ConvolutionBackwardData"),
+])
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+def test_the_staged_op_is_the_plain_calls_where_it_is_one_library_op(monkeypatch, rule: str, core: str,
+                                                                   code: str) -> None:
+    """A strided fused float call runs the op alone, then the rest: the op the rules run the
+    plain call on where that is the library's ConvTranspose or ConvolutionBackwardData (in
+    its native form for "... in f32"), else ConvolutionBackwardData (groups 1); right either
+    way, and the same again."""
+    from onednn_convt import lowering
+
+    monkeypatch.setattr(lowering, "rule", lambda problem, native=False: rule)
+    src, w, b = inputs("NCX", code)
+    attrs = dict(**ATTRS, **formats("NCX"))
+    shape = reference.conv_transpose(src, w, **attrs).shape
+    operands = [np.random.default_rng(5).uniform(-1, 1, shape).astype(DTYPES[code])]
+    chain = [PostOp("Add"), PostOp("ReLU")]
+    op = oc.ConvTranspose(**attrs, post_ops=chain)
+    got = op(src, w, b, *operands)
+    assert_staged(op)
+    assert f"(the ConvTranspose as {core}, then the rest" in (op.lowering or ""), op.lowering
     check(got, src, w, b, operands, chain, code, **attrs)
     np.testing.assert_array_equal(np.asarray(op(src, w, b, *operands), np.float64), np.asarray(got, np.float64))
 

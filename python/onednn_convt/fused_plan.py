@@ -336,14 +336,14 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
             return _fused_plan(tiles, compiled, emulated, code, out_shape, guard, arrays, plan_args)
     core = make_core(op, lowering, src.shape, w.shape)
     if not f.int8 and core.kind == lowerings.CONV_TRANSPOSE and guards.strided_deconvolution_epilogue(code, strides):
-        core = staged_core(op, problem)
+        core = staged_core(op, problem, plain_rule)
         guard = guard or guards.STRIDED_DECONVOLUTION_EPILOGUE.name
     elif not f.int8 and core.kind == lowerings.CONV_TRANSPOSE and all(s == 1 for s in strides):
         # a speed rule (no guard): the forward Convolution over flipped weights keeps its speed
         # with them fused; where it cannot run the call, the op alone and the rest after it
         flipped = lowerings.FLIPPED_CONVOLUTION in forward_lowerings.candidates(problem)
         core = (make_core(op, lowering_rules.build(problem, lowerings.FLIPPED_CONVOLUTION), src.shape, w.shape)
-                if flipped else staged_core(op, problem, SLOW_STRIDE_1_EPILOGUE))
+                if flipped else staged_core(op, problem, plain_rule, SLOW_STRIDE_1_EPILOGUE))
     elif (f.int8 and not unfused and core.kind == lowerings.CONV_TRANSPOSE
           and guards.strided_deconvolution_epilogue("f32", strides)
           and library_sum(f.post_ops, operand_shapes, out_shape) is not None):

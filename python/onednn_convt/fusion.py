@@ -125,7 +125,8 @@ def make_core(op: ConvTranspose, lowering: Optional[lowerings.Lowering], src_sha
 SLOW_STRIDE_1_EPILOGUE = "oneDNN 3.2's stride-1 deconvolution is slow with them fused"
 
 
-def staged_core(op: ConvTranspose, problem: Problem, why: str = guards.STRIDED_DECONVOLUTION_EPILOGUE.name) -> Core:
+def staged_core(op: ConvTranspose, problem: Problem, plain_rule: str,
+                why: str = guards.STRIDED_DECONVOLUTION_EPILOGUE.name) -> Core:
     """The core of a float call that the library's deconvolution would compute with its
     bias and post-ops fused, where that is wrong (the guard
     :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`: a stride > 1) or slow
@@ -133,12 +134,19 @@ def staged_core(op: ConvTranspose, problem: Problem, why: str = guards.STRIDED_D
     bias or post-op runs its blocked JIT kernel, 10-20x the time of the op alone and the rest
     after it; measured on an AMD Zen5, f32 and bf16, k3 s1 p1 layers of 75 to 262,144 output
     elements: 8x32x32x32 -> 32 with bias + ReLU, 4.8 ms fused against 0.41 ms staged in NCX f32,
-    6.3 against 0.19 ms in NXC bf16): the op alone (ConvolutionBackwardData where groups is
-    1, the same kernel; else the library's ConvTranspose), then BiasAdd and the post-ops as
-    a second partition, in dst. ``why`` ends ``op.lowering``."""
-    from .lowering import forward
+    6.3 against 0.19 ms in NXC bf16): the op alone, then BiasAdd and the post-ops as further
+    partitions, in dst. The op alone is the plain call's: ``plain_rule``, the rules' lowering
+    of ``problem`` (its native form where the rule is "... in f32"), where that is the
+    library's ConvTranspose or ConvolutionBackwardData; else ConvolutionBackwardData where
+    groups is 1 and ConvTranspose otherwise. (On an AMD Zen5 the HiFi-GAN k16 s8 layer with
+    bias + ReLU, f32 NCX, took 178 ms on ConvolutionBackwardData where the rules' ConvTranspose
+    takes 117.) ``why`` ends ``op.lowering``."""
+    from .lowering import IN_F32, forward
 
-    name = lowerings.CONVOLUTION_BACKWARD_DATA if problem.groups == 1 else lowerings.CONV_TRANSPOSE
+    rule = plain_rule.removesuffix(IN_F32)
+    name = (rule if rule in (lowerings.CONV_TRANSPOSE, lowerings.CONVOLUTION_BACKWARD_DATA)
+            and rule in forward.candidates(problem)
+            else lowerings.CONVOLUTION_BACKWARD_DATA if problem.groups == 1 else lowerings.CONV_TRANSPOSE)
     low = forward.build(problem, name)
     return Core(low.kind, low.attrs, low.attrs["weights_format"], staged=True,
                 how=f" (the ConvTranspose as {name}, then the rest: {why})")
