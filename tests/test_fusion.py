@@ -218,6 +218,27 @@ def test_the_staged_op_is_the_plain_calls_where_it_is_one_library_op(monkeypatch
     np.testing.assert_array_equal(np.asarray(op(src, w, b, *operands), np.float64), np.asarray(got, np.float64))
 
 
+def test_staged_intermediates_of_huge_page_size() -> None:
+    """A staged call whose partitions pass 2 MiB and more between them (the core's scratch
+    buffers in transparent huge pages): right, and again on reused buffers, and after a
+    smaller call of another op reused them."""
+    rng = np.random.default_rng(6)
+    src = rng.uniform(-1, 1, (2, 16, 64, 64)).astype(np.float32)
+    w = rng.uniform(-1, 1, (16, 16, 4, 4)).astype(np.float32)
+    b = rng.uniform(-1, 1, 16).astype(np.float32)
+    attrs = dict(strides=2, pads_begin=1, pads_end=1, **formats("NCX"))
+    chain = [PostOp("ReLU"), PostOp("Abs")]
+    op = oc.ConvTranspose(**attrs, post_ops=chain)
+    got = op(src, w, b)
+    assert got.nbytes >= 2 << 20 and op.partitions >= 3, op.lowering
+    check(got, src, w, b, [], chain, "f32", **attrs)
+    np.testing.assert_array_equal(op(src, w, b), got)
+    small = oc.ConvTranspose(**attrs, post_ops=chain)
+    s_src, s_w, s_b = inputs("NCX", "f32")
+    check(small(s_src, s_w, s_b), s_src, s_w, s_b, [], chain, "f32", **attrs)
+    np.testing.assert_array_equal(op(src, w, b), got)
+
+
 @pytest.mark.parametrize("operand_shape", [(1,), (), (3,), (1, 1, 1, 3), (2, 1, 1, 3), (1, 10, 10, 1)])
 def test_binary_operand_broadcasts_numpy_style(operand_shape: tuple[int, ...]) -> None:
     src, w, b = inputs("NXC", "f32")

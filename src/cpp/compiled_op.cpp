@@ -2,9 +2,11 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <new>
@@ -811,9 +813,50 @@ bool overlaps(const void *a, size_t a_size, const void *b, size_t b_size) {
 
 // Bytes of stage results a thread keeps between runs (per buffer) rather than freeing.
 constexpr size_t kKeptScratch = size_t{64} << 20;
+// From this size a scratch buffer is aligned to (and offered) transparent huge pages.
+constexpr size_t kHugePage = size_t{2} << 20;
+
+ScratchBuffer::ScratchBuffer(ScratchBuffer &&other) noexcept : data_(other.data_), capacity_(other.capacity_) {
+    other.data_ = nullptr;
+    other.capacity_ = 0;
+}
+
+ScratchBuffer &ScratchBuffer::operator=(ScratchBuffer &&other) noexcept {
+    if (this != &other) {
+        std::free(data_);
+        data_ = other.data_;
+        capacity_ = other.capacity_;
+        other.data_ = nullptr;
+        other.capacity_ = 0;
+    }
+    return *this;
+}
+
+ScratchBuffer::~ScratchBuffer() { std::free(data_); }
+
+void *ScratchBuffer::reserve(size_t bytes) {
+    if (bytes <= capacity_) return data_;
+    const size_t align = bytes >= kHugePage ? kHugePage : 64;
+    const size_t size = (bytes + align - 1) / align * align;  // aligned_alloc: a multiple
+    void *p = std::aligned_alloc(align, size);
+    if (p == nullptr) throw std::bad_alloc();
+    if (align == kHugePage) madvise(p, size, MADV_HUGEPAGE);  // a hint: its failure is harmless
+    std::free(data_);
+    data_ = p;
+    capacity_ = size;
+    return data_;
+}
+
+void ScratchBuffer::release_if_above(size_t bytes) {
+    if (capacity_ > bytes) {
+        std::free(data_);
+        data_ = nullptr;
+        capacity_ = 0;
+    }
+}
 
 void *CompiledOp::stage_target(size_t s, const std::vector<void *> &inputs, void *output,
-                               std::vector<char> &scratch) const {
+                               ScratchBuffer &scratch) const {
     const TensorDesc &d = stages_[s].output;
     bool direct = stages_[s].to_output;
     const size_t out_size = byte_size(spec_.output);
@@ -821,9 +864,7 @@ void *CompiledOp::stage_target(size_t s, const std::vector<void *> &inputs, void
         for (int64_t src : stages_[later].sources)
             if (src >= 0 && overlaps(inputs[src], byte_size(spec_.inputs[src]), output, out_size)) direct = false;
     if (direct) return output;
-    scratch.resize(byte_size(d) + 64);
-    auto p = reinterpret_cast<uintptr_t>(scratch.data());
-    return reinterpret_cast<void *>((p + 63) & ~uintptr_t{63});
+    return scratch.reserve(byte_size(d));
 }
 
 dnnl::stream &thread_stream() {
@@ -886,7 +927,7 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
     if (serialized_) lock = std::unique_lock<std::mutex>(execution_locks[key_hash_ % kLockStripes]);
     // results that cannot live in the output, one buffer per partition: kept by the thread
     // for its next run (freed past kKeptScratch)
-    thread_local std::vector<std::vector<char>> scratch;
+    thread_local std::vector<ScratchBuffer> scratch;
     if (scratch.size() < stages_.size()) scratch.resize(stages_.size());
     std::vector<void *> results(stages_.size(), nullptr);
     // the host bias, read before the partitions write the output (which it may overlap)
@@ -912,8 +953,7 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
             stream.wait();
             results[s] = target;
         }
-        for (auto &buffer : scratch)
-            if (buffer.capacity() > kKeptScratch) std::vector<char>().swap(buffer);
+        for (auto &buffer : scratch) buffer.release_if_above(kKeptScratch);
         if (spec_.bias_axis >= 0)
             add_bias(spec_.output, static_cast<float *>(output), bias, static_cast<size_t>(spec_.bias_axis));
     } catch (...) {
