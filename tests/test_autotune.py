@@ -233,6 +233,39 @@ def test_a_slow_compile_does_not_count_as_a_slow_run(tuning, monkeypatch):
     assert times[base.CONV_TRANSPOSE] == times[base.CONVOLUTION_BACKWARD_DATA]  # timed alike
 
 
+@pytest.mark.parametrize("stalls", [1, 2])
+def test_one_stalled_screening_run_does_not_drop_a_candidate(tuning, monkeypatch, stalls):
+    """The screening keeps the faster of SCREEN_RUNS runs after a candidate's first: one run
+    that stalls (a second on the tuner's clock) leaves it timed like the others; a candidate
+    whose every screening run stalls is left out as slow, its stalled run as its time."""
+    real = autotune._runner
+
+    def stalling(plan, arrays, out):
+        run = real(plan, arrays, out)
+        if plan.lowering.name != base.CONV_TRANSPOSE:
+            return run
+        left = [stalls]
+
+        def stalled():
+            if left[0]:
+                left[0] -= 1
+                autotune.clock.advance(1.0)
+            run()
+
+        return stalled
+
+    monkeypatch.setattr(autotune, "_runner", stalling)
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    op(x, w)
+    times = op.tuning.times_us
+    assert autotune.SCREEN_RUNS == 2
+    if stalls < autotune.SCREEN_RUNS:
+        assert times[base.CONV_TRANSPOSE] < 1e3  # microseconds: timed in rounds, not the stall
+    else:
+        assert times[base.CONV_TRANSPOSE] > 0.9e6  # microseconds: the stalled run stands
+
+
 @pytest.mark.parametrize(("other", "chosen"), [(0.97, "rule"), (0.90, "other"), (1.5, "rule")])
 def test_the_rules_choice_stays_unless_another_is_clearly_faster(tuning, monkeypatch, other, chosen):
     """MARGIN: within 5% of the rules' time the rules' lowering is kept (noise cannot flip it)."""

@@ -16,8 +16,8 @@ environment (read at import), turns it on. The first call of each input signatur
    :data:`ROUNDS` rounds, fewer where they would pass :data:`BUDGET_SECONDS`. A call that
    would take longer than :data:`LONG_CALL_SECONDS` is timed on a smaller batch. Every
    candidate's first run pays one-time costs (page faults, scratchpads) and is never
-   timed; one whose second run took :data:`SLOW_FACTOR` times the fastest is not timed
-   further. The rules' choice stays unless another is at least :data:`MARGIN` faster
+   timed; one whose faster of the next :data:`SCREEN_RUNS` runs took :data:`SLOW_FACTOR`
+   times the fastest is not timed further. The rules' choice stays unless another is at least :data:`MARGIN` faster
    (noise does not flip choices);
 5. stores the choice in the persistent cache (:mod:`.tuning_cache`), so that another
    process with the same oneDNN, ISA and thread count compiles the chosen lowering only.
@@ -48,8 +48,12 @@ if TYPE_CHECKING:
 ROUNDS = 5
 #: about the most the timing rounds of one problem take, in seconds (at least 2 rounds run)
 BUDGET_SECONDS = 1.0
-#: a candidate whose second run took this many times the fastest one's is not timed further
+#: a candidate whose screening runs took this many times the fastest one's is not timed further
 SLOW_FACTOR = 4.0
+#: timed runs of each candidate after its first, the fastest kept as its screening time: one
+#: run's stall (measured on an AMD Zen5 KVM guest: a 0.2 ms MatMul's second run at 1 s, a
+#: 1 ms ConvTranspose's at 53 ms) must not drop a candidate as slow
+SCREEN_RUNS = 2
 #: the least time one timed sample of a candidate runs (repeating the call)
 SAMPLE_SECONDS = 0.01
 #: a call estimated (from its batch-1 screening run) to take longer than this, in seconds, is
@@ -143,9 +147,11 @@ def choice(target: Target, problem: Problem) -> Optional[Tuning]:
 
 def _screened(target: Target, problem: Problem, names: list[str]) -> tuple[list[str], dict[str, float], float]:
     """The candidates worth timing at full size, the others' estimated seconds, and the
-    fastest candidate's batch-1 seconds (0: not screened): each runs twice on a batch of 1
-    (every op's work grows linearly with the batch), and one whose second run took
-    :data:`SLOW_FACTOR` times the fastest's is left out. Some of
+    fastest candidate's batch-1 seconds (0: not screened): each runs on a batch of 1 (every
+    op's work grows linearly with the batch: the estimate is that time times the batch, an
+    upper bound where a kernel's fixed costs dominate one sample), and one whose faster of
+    :data:`SCREEN_RUNS` runs after the first took :data:`SLOW_FACTOR` times the fastest's is
+    left out. Some of
     oneDNN 3.2's kernels are three orders of magnitude slower than the others (f16
     BackwardWeights on an AVX512-FP16 CPU: 15 s a call on the DCGAN layer where the f32
     kernel takes 15 ms); this keeps tuning from running them at full size."""
@@ -158,9 +164,7 @@ def _screened(target: Target, problem: Problem, names: list[str]) -> tuple[list[
         try:
             plan = target.plan(build(small, name), arrays, None, small.dtype)
             plan.run(arrays, None)  # a first run pays one-time costs (page faults, scratchpads)
-            start = clock()
-            plan.run(arrays, None)
-            seconds[name] = clock() - start
+            seconds[name] = min(_run_time(lambda: plan.run(arrays, None)) for _ in range(SCREEN_RUNS))  # noqa: B023
         except (OneDNNError, MemoryError, ValueError):
             seconds[name] = 0.0  # judged at full size, where the refusal is recorded
     fastest = min((s for s in seconds.values() if s > 0), default=0.0)
@@ -192,7 +196,7 @@ def _measure(target: Target, full: Problem, names: list[str]) -> Tuning:
     runs: dict[str, Any] = {}
     results: dict[str, np.ndarray] = {}
     rejected: dict[str, str] = {}
-    once: dict[str, float] = {}  # seconds of each candidate's second run
+    once: dict[str, float] = {}  # seconds of each candidate's screening run (the faster of SCREEN_RUNS)
     for name in names:
         try:
             plan = target.plan(build(problem, name), arrays, None, problem.dtype)
@@ -202,9 +206,7 @@ def _measure(target: Target, full: Problem, names: list[str]) -> Tuning:
             continue
         out = np.empty(plan.lowering.out_shape, plan.dtype)
         runs[name] = _runner(plan, arrays, out)
-        start = clock()  # the first run paid one-time costs: time the second
-        runs[name]()
-        once[name] = clock() - start
+        once[name] = min(_run_time(runs[name]) for _ in range(SCREEN_RUNS))
     # the results are checked against the rules' lowering's, or where screening left that
     # out (far too slow), the first candidate's
     judge = rule if rule in results else next(iter(results), None)
@@ -223,6 +225,13 @@ def _measure(target: Target, full: Problem, names: list[str]) -> Tuning:
     best = min(times, key=times.__getitem__)
     chosen = best if times[best] < (1 - MARGIN) * times.get(rule, math.inf) else rule
     return Tuning(chosen, rule, {n: round(t * 1e6, 2) for n, t in times.items()}, rejected, batch=batch)
+
+
+def _run_time(run: Callable[[], Any]) -> float:
+    """Seconds of one call of ``run`` on the tuner's clock."""
+    start = clock()
+    run()
+    return clock() - start
 
 
 def _runner(plan: Any, arrays: list[Any], out: np.ndarray) -> Any:
