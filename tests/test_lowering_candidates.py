@@ -33,6 +33,15 @@ EXTRA = [
     Config(src=(2, 3, 2), kernel=(2, 2, 2), strides=2, ic=3, oc=4, data_format="NXC", weights_format="XOI",
            bias=True, name="3d_tiles_bias"),
     Config(src=(3, 4), kernel=(2, 2), strides=2, ic=5, oc=3, bias=True, name="2d_tiles_bias"),
+    # one src position, any stride: the tiles MatMul too (DCGAN's z layer), IOX and XOI, NXC
+    # (one 2-D MatMul) and NCX, with a bias
+    Config(src=(1, 1), kernel=(4, 4), ic=5, oc=3, bias=True, name="2d_one_position_bias"),
+    Config(src=(1, 1), kernel=(4, 3), strides=(1, 2), ic=5, oc=3, data_format="NXC", weights_format="XOI",
+           name="2d_one_position_nxc"),
+    Config(src=(1, 1), kernel=(2, 3), strides=3, ic=4, oc=6, data_format="NXC", weights_format="IOX", bias=True,
+           name="2d_one_position_nxc_iox"),
+    Config(src=(1, 1, 1), kernel=(2, 2, 3), ic=3, oc=4, data_format="NXC", weights_format="XOI", bias=True,
+           name="3d_one_position_bias"),
 ]
 ALL = CASES + EXTRA
 ALL_IDS = CASE_IDS + [c.name for c in EXTRA]
@@ -92,7 +101,7 @@ def test_extra_cases_reach_the_rarer_candidates():
             seen.update((op, n) for n in lowering.candidates(problem))
     for wanted in [(FWD, base.FLIPPED_CONVOLUTION), (FWD, base.OVERLAP_ADD), (FWD, base.TILES),
                    (FWD, base.CONVOLUTION_BACKWARD_DATA), (BWD_D, base.FRAMES),
-                   (BWD_D, base.CONV_TRANSPOSE_BACKWARD_DATA), (BWD_W, base.FRAMES),
+                   (BWD_D, base.CONV_TRANSPOSE_BACKWARD_DATA), (BWD_D, base.TILES), (BWD_W, base.FRAMES),
                    (BWD_W, base.CONVOLUTION_BACKWARD_WEIGHTS)]:
         assert wanted in seen, wanted
 

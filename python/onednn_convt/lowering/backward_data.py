@@ -45,6 +45,10 @@ def candidates(p: Problem) -> list[str]:
         names.append(base.CONV_TRANSPOSE_BACKWARD_DATA)
     if p.rank == 1 and p.groups == 1 and g.dilations[0] == 1 and p.kernel[0] <= matmul_lowering.MAX_OVERLAP * g.strides[0]:
         names.append(base.FRAMES)
+    if matmul_tiles.applies(p.kernel, *g.astuple(), p.groups, p.output_padding, p.src) and all(
+        y == x * k for x, y, k in zip(p.src, p.dst, p.kernel)
+    ):
+        names.append(base.TILES)
     return names
 
 

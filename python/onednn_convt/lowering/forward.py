@@ -50,7 +50,7 @@ def candidates(p: Problem) -> list[str]:
         names.append(base.FLIPPED_CONVOLUTION)
     if p.rank == 1 and p.groups == 1 and g.dilations[0] == 1:
         names.append(base.OVERLAP_ADD)
-    if matmul_tiles.applies(p.kernel, *g.astuple(), p.groups, p.output_padding):
+    if matmul_tiles.applies(p.kernel, *g.astuple(), p.groups, p.output_padding, p.src):
         names.append(base.TILES)
     return names
 
