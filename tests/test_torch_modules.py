@@ -299,6 +299,38 @@ def test_channels_last_reaches_the_op_without_a_copy(monkeypatch):
     assert ("ConvTransposeBackwardWeights", "NXC", x.data_ptr()) in seen
 
 
+@pytest.mark.parametrize("weights_last", [False, True], ids=["w", "w_last"])
+@pytest.mark.parametrize("input_last", [False, True], ids=["x", "x_last"])
+@pytest.mark.parametrize("shape", [(3, 5, 1, 1), (2, 1, 3, 4), (2, 3, 1, 1, 1)], ids=["1x1", "one_channel", "3d"])
+def test_dense_both_ways_inputs_give_torchs_result_layout(shape, input_last, weights_last):
+    """An input dense as NCX and as channels-last (1x1 spatial, one channel: DCGAN's z) gives
+    the result layout torch's layer gives, by the strides of the input and the weights, and
+    torch's values and gradients (the fake registration agrees: opcheck)."""
+    rank = len(shape) - 2
+    fmt = torch.channels_last if rank == 2 else torch.channels_last_3d
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(*shape, generator=gen)
+    w = torch.randn(shape[1], 4, *([3] * rank), generator=gen)
+    if input_last:
+        x = x.contiguous(memory_format=fmt)
+    if weights_last:
+        w = w.contiguous(memory_format=fmt)
+    fn = getattr(oct, f"conv_transpose{rank}d")
+    ours = [t.clone(memory_format=torch.preserve_format).requires_grad_() for t in (x, w)]
+    got = fn(*ours, None, 2, 1)
+    want = getattr(torch.nn.functional, f"conv_transpose{rank}d")(x, w, None, 2, 1)
+    assert got.stride() == want.stride(), (got.stride(), want.stride())
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    ref = getattr(torch.nn.functional, f"conv_transpose{rank}d")(x64, w64, None, 2, 1)
+    g = torch.randn(ref.shape, generator=gen)
+    got.backward(g)
+    ref.backward(g.double())
+    assert_close(got.detach().numpy(), ref.detach().numpy(), "f32", shape[1] * 3 ** rank)
+    assert_close(ours[0].grad.numpy(), x64.grad.numpy(), "f32", 4 * 3 ** rank)
+    assert_close(ours[1].grad.numpy(), w64.grad.numpy(), "f32", shape[0] * 4 ** rank)
+    torch.library.opcheck(oct.conv_transpose_op, (x, w, None, [2] * rank, [1] * rank, [0] * rank, 1, [1] * rank))
+
+
 def test_unsupported_arguments_are_clear_errors():
     with pytest.raises(ValueError, match='Only "zeros" padding mode'):  # torch's constructor
         oct.ConvTranspose2d(2, 2, 3, padding_mode="reflect")

@@ -229,10 +229,11 @@ def backward_weights_op(src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stri
     return run(ConvTransposeBackwardWeights, g, src, diff_dst, weights_shape=tuple(weight_shape))
 
 
-def _like(activation: Tensor, shape: Sequence[Any]) -> Tensor:
+def _like(activation: Tensor, weight: Tensor, shape: Sequence[Any]) -> Tensor:
     """An empty tensor of ``shape`` laid out as :func:`~onednn_convt.torch_run.run` lays out a result computed from
-    ``activation``: channels_last when it is, else contiguous."""
-    if channels_last(activation):
+    ``activation`` and ``weight``: channels_last where :func:`~onednn_convt.torch_run.channels_last` says so, else
+    contiguous."""
+    if channels_last(activation, weight):
         return from_nxc(activation.new_empty((shape[0], *shape[2:], shape[1])))
     return activation.new_empty(tuple(shape))
 
@@ -242,14 +243,14 @@ def _(src: Tensor, weight: Tensor, bias: Optional[Tensor], stride: _Ints, paddin
       output_padding: _Ints, groups: int, dilation: _Ints) -> Tensor:
     x = shapes.conv_transpose_output(src.shape[2:], weight.shape[2:], stride, dilation, padding, padding,
                                      output_padding)
-    return _like(src, [src.shape[0], weight.shape[1] * groups, *x])
+    return _like(src, weight, [src.shape[0], weight.shape[1] * groups, *x])
 
 
 @backward_data_op.register_fake
 def _(diff_dst: Tensor, weight: Tensor, stride: _Ints, padding: _Ints, output_padding: _Ints,
       groups: int, dilation: _Ints) -> Tensor:
     x = shapes.backward_data_output(diff_dst.shape[2:], weight.shape[2:], stride, dilation, padding, padding)
-    return _like(diff_dst, [diff_dst.shape[0], weight.shape[0], *x])
+    return _like(diff_dst, weight, [diff_dst.shape[0], weight.shape[0], *x])
 
 
 @backward_weights_op.register_fake

@@ -92,10 +92,43 @@ def _op(cls: Any, geometry: Geometry, data_format: str, extra: tuple[tuple[str, 
     return cls(**geometry.attrs(data_format), **dict(extra))
 
 
-def channels_last(t: Tensor) -> bool:
-    """Whether t, (N, C, X...), is laid out channels-last (dense (N, X..., C)) and not NCX."""
+def channels_last(t: Tensor, weight: Optional[Tensor] = None) -> bool:
+    """Whether an op on t, (N, C, X...), runs channels-last (NXC over t's memory) and gives
+    a channels-last result: t dense as (N, X..., C) and not as NCX; or dense both ways (all
+    spatial sizes 1, or one channel), where torch's own layer decides by the strides: a
+    channels-last result where t's strides, or those of ``weight`` (the layer's weights),
+    look channels-last to torch (:func:`_strides_channels_last`). DCGAN's z (N, 100, 1, 1),
+    made channels_last along with the model, so gives a channels-last result, as torch's
+    layer does."""
     perm = (0, *range(2, t.dim()), 1)
-    return t.permute(perm).is_contiguous() and not t.is_contiguous()
+    if not t.permute(perm).is_contiguous():
+        return False
+    if not t.is_contiguous():
+        return True
+    return _strides_channels_last(t) or (weight is not None and _strides_channels_last(weight))
+
+
+def _strides_channels_last(t: Tensor) -> bool:
+    """torch's reading of a 4-D or 5-D tensor's strides as channels-last (c10's
+    is_channels_last_strides_2d/3d, which suggest_memory_format follows): walking C, then
+    the spatial dims innermost first, then N, each stride at least the extent of the ones
+    before it (a size-1 dim adds no extent), and N's not equal to C's where nothing lies
+    between them."""
+    if t.dim() not in (4, 5):
+        return False
+    sizes, strides = t.shape, t.stride()
+    if strides[1] == 0:
+        return False
+    least = 0
+    for d in (1, *range(t.dim() - 1, 1, -1), 0):
+        if sizes[d] == 0 or strides[d] < least:
+            return False
+        if d == 0 and least == strides[1]:
+            return False
+        least = strides[d]
+        if sizes[d] > 1:
+            least *= sizes[d]
+    return True
 
 
 def _to_nxc(t: Tensor) -> Tensor:
@@ -193,9 +226,9 @@ def _forget() -> None:
 def _run_op(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bias: Optional[Tensor],
             weights_shape: Optional[tuple[int, ...]]) -> tuple[Tensor, Optional[_Fast]]:
     """The call through the op (NumPy views of the tensors), and the signature's executor."""
-    nxc = channels_last(activation)
-    relayout = None
     weights_grad = cls is ConvTransposeBackwardWeights
+    nxc = channels_last(activation, None if weights_grad else second)
+    relayout = None
     if weights_grad and nxc != channels_last(second):  # both activations in one layout
         relayout = memory_format(geometry.rank) if nxc else torch.contiguous_format
         second = second.contiguous(memory_format=relayout)
