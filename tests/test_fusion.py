@@ -218,6 +218,50 @@ def test_the_staged_op_is_the_plain_calls_where_it_is_one_library_op(monkeypatch
     np.testing.assert_array_equal(np.asarray(op(src, w, b, *operands), np.float64), np.asarray(got, np.float64))
 
 
+_REF_KERNEL_SCRIPT = """
+import sys
+import numpy as np
+import onednn_convt as oc
+from onednn_convt import PostOp
+fmt = sys.argv[1]
+rng = np.random.default_rng(0)
+nxc = fmt == "NXC"
+x = rng.uniform(-1, 1, (2, 4, 4, 16) if nxc else (2, 16, 4, 4)).astype(np.float32)
+w = rng.uniform(-1, 1, (4, 4, 8, 16) if nxc else (16, 8, 4, 4)).astype(np.float32)
+b = rng.uniform(-1, 1, 8).astype(np.float32)
+full = rng.uniform(-1, 1, (2, 8, 8, 8) if nxc else (2, 8, 8, 8)).astype(np.float32)
+channel = rng.uniform(-1, 1, (1, 1, 1, 8) if nxc else (1, 8, 1, 1)).astype(np.float32)
+one = np.float32([0.5])
+for chain, operands in (
+    (["Add", "ReLU", "Multiply"], [full, channel]),
+    (["ReLU", "Multiply"], [channel]),
+    (["Add", "Add"], [full, channel]),
+    (["ReLU", "Subtract"], [one]),
+):
+    op = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1, data_format=fmt,
+                          weights_format="XOI" if nxc else "IOX", post_ops=[PostOp(k) for k in chain])
+    op(x, w, b, *operands)
+    print("LOWERING", op.lowering, op.partitions)
+"""
+
+
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_staged_broadcast_post_ops_stay_off_the_reference_kernel(data_format: str) -> None:
+    """A staged call's post-ops run as binary primitives, later ones as their post-ops; a
+    broadcast binary post-op (per channel, one value) would send such a primitive to
+    oneDNN's reference kernel (ref:any, 10-50x slower): each starts a partition of its own.
+    Checked on the library's own log (ONEDNN_VERBOSE), in a subprocess."""
+    env = dict(os.environ, ONEDNN_VERBOSE="1")
+    done = subprocess.run([sys.executable, "-c", _REF_KERNEL_SCRIPT, data_format], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum(ln.startswith("LOWERING") for ln in lines) == 4, done.stdout[-2000:]
+    assert all(STAGED in ln for ln in lines if ln.startswith("LOWERING")), done.stdout[-2000:]
+    refs = [ln for ln in lines if ln.startswith("onednn_verbose") and ",exec," in ln and "ref:any" in ln]
+    assert not refs, refs[:3]
+
+
 def test_staged_intermediates_of_huge_page_size() -> None:
     """A staged call whose partitions pass 2 MiB and more between them (the core's scratch
     buffers in transparent huge pages): right, and again on reused buffers, and after a

@@ -18,7 +18,7 @@ from .fusion import F32, SLOW_STRIDE_1_EPILOGUE, Core, Fusion, graph_nodes, make
 from .lowering import base as lowerings
 from .lowering import forward as forward_lowerings
 from .plan import describe, finite_or_redone, fixed_view
-from .post_ops import INT8_DTYPES, INT8_SUM_AFTER_POST_OP, INT8_WITHOUT_VNNI, library_sum
+from .post_ops import INT8_DTYPES, INT8_SUM_AFTER_POST_OP, INT8_WITHOUT_VNNI, POST_OPS, library_sum
 
 if TYPE_CHECKING:
     from .ops import ConvTranspose
@@ -453,8 +453,34 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
     shape = core.out_shape or out_shape
     output = (list(shape), list(shapes.dense_strides(shape)), out_code)
     core_at = 2 if f.int8 else 0  # the core's node (after the two Dequantize nodes)
-    stages = [core_at + 1] if core.staged else []
+    stages = _stage_starts(nodes, descs, core_at + 1) if core.staged else []
     return native.compile(f.chain(has_bias, core.kind), {}, descs, output, nodes=nodes, stages=stages)
+
+
+def _stage_starts(nodes: Sequence[tuple[str, dict[str, Any], list[int], Any]], descs: Sequence[Any],
+                  first: int) -> list[int]:
+    """Where the partitions of a staged call begin: the post-ops from node ``first`` on, and
+    a new partition at each later binary post-op whose tensor broadcasts (not dst-shaped:
+    per channel, one value, ...), at its Dequantize where it has one. oneDNN 3.2 runs such a
+    partition as a binary primitive with the later ops as its post-ops, and a broadcast
+    binary post-op sends that primitive to its reference kernel (``ref:any``, ONEDNN_VERBOSE):
+    on an AMD Zen5, NXC bias + Add + ReLU + per-channel Multiply after the op took 12 ms for
+    a 16x8x8x256 dst (fused call 5-52x the time of the op and NumPy on the fused bench's
+    strided layers), NCX bias + ReLU + per-channel Multiply the same; as the first op of a
+    partition of its own the same Multiply runs on ``jit:uni``."""
+    starts = [first]
+    for i in range(first + 1, len(nodes)):
+        kind, _, inputs, out = nodes[i]
+        if len(inputs) != 2 or kind not in POST_OPS or not POST_OPS[kind].is_binary:
+            continue
+        other = inputs[1]
+        at = i
+        if other < 0:  # a Dequantize node of the operand: the partition starts there
+            at = -1 - other
+            other = nodes[at][2][0]
+        if list(descs[other][0]) != list(out[0]) and at > starts[-1]:
+            starts.append(at)
+    return starts
 
 
 def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
