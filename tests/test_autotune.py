@@ -233,6 +233,25 @@ def test_a_slow_compile_does_not_count_as_a_slow_run(tuning, monkeypatch):
     assert times[base.CONV_TRANSPOSE] == times[base.CONVOLUTION_BACKWARD_DATA]  # timed alike
 
 
+def test_a_problem_past_the_memory_limit_is_not_tuned(tuning):
+    """The tuner's own arrays (random inputs, a result and an out= per candidate, in f32)
+    must fit under the memory limit; past it the call is not tuned and runs the rules'
+    lowering, whose own checks decide (here it fits)."""
+    x, w = arrays()
+    need = (x.size + w.size + 3 * 2 * 4 * 8 * 8) * 4  # the result: 2 x 4 x 8 x 8
+    oc.set_memory_limit(need - 4)
+    try:
+        op = oc.ConvTranspose(**ATTRS)
+        got = op(x, w)
+    finally:
+        oc.set_memory_limit(None)
+    assert op.tuning is None and "(tuned:" not in op.lowering
+    np.testing.assert_allclose(got, oc.ConvTranspose(**ATTRS)(x, w), rtol=1e-5, atol=1e-5)
+    op = oc.ConvTranspose(**ATTRS)
+    op(x, w)
+    assert op.tuning is not None  # under no limit: tuned
+
+
 @pytest.mark.parametrize("stalls", [1, 2])
 def test_one_stalled_screening_run_does_not_drop_a_candidate(tuning, monkeypatch, stalls):
     """The screening keeps the faster of SCREEN_RUNS runs after a candidate's first: one run

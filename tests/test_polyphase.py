@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,35 @@ def test_the_op_says_it_ran_polyphase(monkeypatch):
     assert op.lowering.startswith("Polyphase (4 phases, stride 1: "), op.lowering
     assert_close(got, reference.conv_transpose(x, w, strides=2, pads_begin=1, pads_end=1, data_format="NCX",
                                                weights_format="IOX"), "f32", 8 * 16)
+
+
+def test_a_result_past_the_limits_is_refused_before_it_is_allocated(monkeypatch):
+    """A polyphase call checks its phases' library range and its result's size before it
+    allocates the result (which its phases' plans take views of): a result past the memory
+    limit is a MemoryError naming the op, and a phase past oneDNN's 32-bit range the
+    ValueError a plain call gives, with no allocation of the result either way."""
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+                        lowering.candidates(p)[0])
+    allocated = []
+    real_empty = np.empty
+
+    def watched(shape, *args, **kwargs):
+        allocated.append(tuple(np.atleast_1d(shape)))
+        return real_empty(shape, *args, **kwargs)
+
+    op = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
+    x = np.ones((4, 8, 64, 64), np.float32)  # result 4 x 4 x 128 x 128 f32: 1 MiB
+    w = np.ones((8, 4, 4, 4), np.float32)
+    oc.set_memory_limit(1 << 19)
+    try:
+        monkeypatch.setattr(np, "empty", watched)
+        with pytest.raises(MemoryError, match=r"ConvTranspose: the result of shape \(4, 4, 128, 128\)"):
+            op(x, w)
+        assert (4, 4, 128, 128) not in allocated
+    finally:
+        oc.set_memory_limit(None)
+    # a kernel the library's 32-bit arithmetic cannot take (broadcast weights: no memory)
+    huge = np.broadcast_to(np.ones((1, 1, 1, 1), np.float32), (1, 2, 2**31 - 1, 2))
+    with pytest.raises(ValueError, match="ConvTranspose: spatial dim 0 .* 32-bit integers"):
+        oc.ConvTranspose(strides=(1, 2), data_format="NCX", weights_format="IOX")(np.ones((1, 1, 1, 1), np.float32), huge)
+    assert not any(math.prod(s) > 2**30 for s in allocated)

@@ -307,13 +307,24 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
     dtype = dtypes.FLOAT_DTYPES[code]
     if out is not None:
         target.check_out(arrays, out, lowering.out_shape, dtype)
+    phase_args = [None if phase.lowering is None else [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
+                  for phase in lowering.phases]
+    if out is None:
+        # the checks each phase's plan makes, before the result they plan views of is
+        # allocated (a result past the memory, or the address space, is never allocated)
+        for phase, args in zip(lowering.phases, phase_args):
+            if phase.lowering is not None and args is not None:
+                limits.check_library_range(target.op_name, phase.lowering, args)
+        if math.prod(lowering.out_shape) * 4 > np.iinfo(np.intp).max:
+            msg = f"{target.op_name}: {target.output_name} would have shape {lowering.out_shape}, too large to address"
+            raise ValueError(msg)
+        limits.check_result(target.op_name, lowering.out_shape, dtype)
     result = out if out is not None else np.empty(lowering.out_shape, dtype)
     plans: list[Optional[Plan]] = []
-    for phase in lowering.phases:
-        if phase.lowering is None:
+    for phase, args in zip(lowering.phases, phase_args):
+        if phase.lowering is None or args is None:
             plans.append(None)
             continue
-        args = [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
         view = result[phase.out] if phase.out else result
         written = view if not phase.accumulate and nested(view) else None
         plans.append(plan_for(target, phase.lowering, args, written, code))

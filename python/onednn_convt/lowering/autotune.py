@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from .. import dtypes, native
+from .. import dtypes, limits, native
 from ..errors import OneDNNError
 from ..problem import BACKWARD_WEIGHTS, FORWARD, Problem
 from . import build, candidates, tuning_cache
@@ -131,7 +131,7 @@ class Tuning:
 def choice(target: Target, problem: Problem) -> Optional[Tuning]:
     """The tuned choice for ``problem`` planned for ``target`` (None: one candidate, nothing to tune)."""
     names = candidates(problem, native=target.strict)  # strict: no library op in f32 for speed
-    if len(names) == 1:
+    if len(names) == 1 or not _affordable(problem):
         return None
     key = problem.key() + (" constant-weights" if target.constant_weights else "")
     entry = tuning_cache.lookup(key, names)
@@ -143,6 +143,19 @@ def choice(target: Target, problem: Problem) -> Optional[Tuning]:
     tuning_cache.store(key, {"name": tuning.name, "candidates": names, "times_us": tuning.times_us,
                              "rejected": tuning.rejected, "batch": tuning.batch})
     return tuning
+
+
+def _affordable(p: Problem) -> bool:
+    """Whether the tuner's own arrays for ``p`` fit in :func:`onednn_convt.limits.memory_limit`:
+    its random inputs, and a result and an ``out=`` per candidate, of the call's shapes in
+    f32 at most (a bf16 candidate emulated in f32 widens them). A problem past it is not
+    tuned: its call then meets the op's own limit checks (a documented error where the
+    op's plan is past them too), not a MemoryError from the tuner's allocation."""
+    limit = limits.memory_limit()
+    if limit is None:
+        return True
+    elements = sum(math.prod(s) for s in p.input_shapes) + 3 * math.prod(p.out_shape)
+    return elements * 4 <= limit
 
 
 def _screened(target: Target, problem: Problem, names: list[str]) -> tuple[list[str], dict[str, float], float]:
