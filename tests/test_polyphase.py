@@ -133,7 +133,7 @@ def test_a_result_past_the_limits_is_refused_before_it_is_allocated(monkeypatch)
     oc.set_memory_limit(1 << 19)
     try:
         monkeypatch.setattr(np, "empty", watched)
-        with pytest.raises(MemoryError, match=r"ConvTranspose: the result of shape \(4, 4, 128, 128\)"):
+        with pytest.raises(MemoryError, match=r"ConvTranspose: this call would allocate .* \(4, 4, 128, 128\)"):
             op(x, w)
         assert (4, 4, 128, 128) not in allocated
     finally:

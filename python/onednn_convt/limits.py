@@ -289,18 +289,6 @@ def check_memory(
         raise MemoryError(msg)
 
 
-def check_result(op: str, shape: Sequence[int], dtype: Any) -> None:
-    """Raise MemoryError if a result of ``shape`` alone is over :func:`memory_limit` (a
-    polyphase call allocates it before its phases' plans, which check the rest)."""
-    total = math.prod(shape) * np.dtype(dtype).itemsize
-    limit = _limit if _limit is not None else (available_memory() if total >= 2**20 else None)
-    if limit is not None and total > limit:
-        msg = (f"{op}: the result of shape {tuple(shape)} alone would take {format_bytes(total)}, over the "
-               f"limit of {format_bytes(limit)}; raise it with onednn_convt.set_memory_limit(bytes) or "
-               f"{_ENV_LIMIT}, or make the problem smaller")
-        raise MemoryError(msg)
-
-
 def check_plan(
     op: str,
     low: Lowering,

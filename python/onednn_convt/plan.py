@@ -271,10 +271,7 @@ def plan_for(target: Target, lowering: Lowering, arrays: Sequence[Any], out: Opt
     """
     if lowering.phases:
         return _phased_plan(target, lowering, arrays, out, code)
-    for shape in (lowering.out_shape, lowering.library_shape):
-        if math.prod(shape) * 4 > np.iinfo(np.intp).max:  # f32, the widest computed dtype
-            msg = f"{target.op_name}: {target.output_name} would have shape {lowering.out_shape}, too large to address"
-            raise ValueError(msg)
+    _check_addressable(target, lowering)
     dtype = dtypes.FLOAT_DTYPES[code]
     if out is not None:
         target.check_out(arrays, out, lowering.out_shape, dtype)
@@ -301,6 +298,15 @@ def plan_for(target: Target, lowering: Lowering, arrays: Sequence[Any], out: Opt
     limits.check_memory(target.op_name, lowering, arrays, out, dtype, emulated=True)
     return compile_lowering(lowering, arrays, out, dtype, "f32", emulated=True, constant_weights=constant)
 
+def _check_addressable(target: Target, lowering: Lowering) -> None:
+    """ValueError where the result, or the library's view of it, is too large to address
+    in f32 (the widest computed dtype)."""
+    for shape in (lowering.out_shape, lowering.library_shape):
+        if math.prod(shape) * 4 > np.iinfo(np.intp).max:
+            msg = f"{target.op_name}: {target.output_name} would have shape {lowering.out_shape}, too large to address"
+            raise ValueError(msg)
+
+
 def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> PhasedPlan:
     """Each phase's plan, for its views of these arrays and of the result (as ``out``, or
     as a fresh C-contiguous result is laid out)."""
@@ -315,10 +321,8 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         for phase, args in zip(lowering.phases, phase_args):
             if phase.lowering is not None and args is not None:
                 limits.check_library_range(target.op_name, phase.lowering, args)
-        if math.prod(lowering.out_shape) * 4 > np.iinfo(np.intp).max:
-            msg = f"{target.op_name}: {target.output_name} would have shape {lowering.out_shape}, too large to address"
-            raise ValueError(msg)
-        limits.check_result(target.op_name, lowering.out_shape, dtype)
+        _check_addressable(target, lowering)
+        limits.check_memory(target.op_name, lowering, arrays, None, dtype, emulated=False)  # the result
     result = out if out is not None else np.empty(lowering.out_shape, dtype)
     plans: list[Optional[Plan]] = []
     for phase, args in zip(lowering.phases, phase_args):
