@@ -141,5 +141,6 @@ def test_a_result_past_the_limits_is_refused_before_it_is_allocated(monkeypatch)
     # a kernel the library's 32-bit arithmetic cannot take (broadcast weights: no memory)
     huge = np.broadcast_to(np.ones((1, 1, 1, 1), np.float32), (1, 2, 2**31 - 1, 2))
     with pytest.raises(ValueError, match="ConvTranspose: spatial dim 0 .* 32-bit integers"):
-        oc.ConvTranspose(strides=(1, 2), data_format="NCX", weights_format="IOX")(np.ones((1, 1, 1, 1), np.float32), huge)
+        up = oc.ConvTranspose(strides=(1, 2), data_format="NCX", weights_format="IOX")
+        up(np.ones((1, 1, 1, 1), np.float32), huge)
     assert not any(math.prod(s) > 2**30 for s in allocated)
