@@ -110,7 +110,7 @@ class _BackwardWeights(torch.autograd.Function):
 # two steps in Python: binding default arguments (only for a Function with a setup_context;
 # these three have none) and, where no functorch transform is active, unwrapping tensors that
 # outlived their transform. ``_apply`` takes the second step itself, with torch's own C
-# unwrap, and calls the C apply: a recorded call of the tiny layer costs about 0.9 us less
+# unwrap, and calls the C apply: a recorded call of the tiny layer took 8.1 us against 8.8
 # (on an AMD Zen5). Under an active functorch transform, or on a torch that lacks one of
 # these pieces, it calls ``Function.apply``.
 _C_APPLY: Any = getattr(torch._C, "_FunctionBase", object).__dict__.get("apply")

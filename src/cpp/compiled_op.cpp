@@ -835,9 +835,11 @@ ScratchBuffer &ScratchBuffer::operator=(ScratchBuffer &&other) noexcept {
 ScratchBuffer::~ScratchBuffer() { std::free(data_); }
 
 void *ScratchBuffer::reserve(size_t bytes) {
-    if (bytes <= capacity_) return data_;
+    if (data_ != nullptr && bytes <= capacity_) return data_;
     const size_t align = bytes >= kHugePage ? kHugePage : 64;
-    const size_t size = (bytes + align - 1) / align * align;  // aligned_alloc: a multiple
+    // aligned_alloc takes a multiple of the alignment; an empty result still gets memory
+    // (a valid address for the library, as the std::vector this replaced gave)
+    const size_t size = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
     void *p = std::aligned_alloc(align, size);
     if (p == nullptr) throw std::bad_alloc();
     if (align == kHugePage) madvise(p, size, MADV_HUGEPAGE);  // a hint: its failure is harmless

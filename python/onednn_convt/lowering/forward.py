@@ -3,8 +3,8 @@
 - ``ConvTranspose``: the library's own op (any problem; bias, groups, output_padding).
 - ``ConvolutionBackwardData``: the backward data of the convolution this op transposes, on
   the same weights memory (IOX read as OIX, XOI as XIO) with ``dst_shape`` giving the output
-  size; groups 1 (oneDNN 3.2 rejects groups there) and no bias, except where the bias is
-  added by a second partition or by the core anyway (:func:`bias_apart`).
+  size; groups 1 (oneDNN 3.2 rejects groups there); no bias, as neither library op takes it
+  (:func:`bias_apart`).
 
 A bias never reaches the library ops (:func:`bias_apart`): with a stride > 1 the
 deconvolution's strided kernel adds it once per partial sum on some problems (the guard
@@ -16,8 +16,8 @@ adds it to a small f32 result, a second partition (BiasAdd) to any other.
   ``d*(k-1) - pb`` and ``d*(k-1) - pe``; the weights are copied each call into an array
   kept per thread and plan, so calls with out= allocate nothing.
 - ``MatMul (overlap-add)``: 1-D, groups 1, dilation 1 (:mod:`.matmul_lowering`).
-- ``MatMul (tiles)``: the taps tile the output (stride = kernel, no pads, groups 1,
-  dilation 1; :mod:`.matmul_tiles`).
+- ``MatMul (tiles)``: the taps tile the output (stride = kernel, or a single src position,
+  no pads, groups 1, dilation 1; :mod:`.matmul_tiles`).
 
 A kernel of at least :data:`.matmul_lowering.MIN_KERNEL` in 1-D has the overlap-add alone:
 oneDNN 3.2's deconvolution JIT takes about 100 s to compile there. Where the guard
