@@ -317,14 +317,20 @@ def test_fused_suite_rows_and_files(fused_run: dict) -> None:
 
 
 def test_fused_suite_checked_every_row(fused_run: dict) -> None:
-    """Each row ran as one fused partition and its result was checked against the unfused one
-    (and PyTorch's where installed) before it was timed."""
+    """Each row ran in the library as its lowering says (one fused partition, or the op and
+    then the rest: the stride-1 speed rule where the measured rules run this float layer on
+    the deconvolution), and its result was checked against the unfused one (and PyTorch's
+    where installed) before it was timed."""
     from onednn_convt.bench import fused, fused_checks
 
     torch = runner.peers.torch_module()
     for r in fused_run["doc"]["results"]:
-        assert r["fused"] is True and r["partitions"] == 1, r["key"]
-        assert "1 fused partition" in r["lowering"], r["key"]
+        if ", then the rest: oneDNN 3.2's stride-1 deconvolution is slow with them fused)" in r["lowering"]:
+            assert r["dtype"] != "int8" and r["fused"] is False and r["partitions"] >= 2, r["key"]
+        else:
+            assert r["fused"] is True and r["partitions"] == 1, r["key"]
+            assert "1 fused partition" in r["lowering"], r["key"]
+        assert "in NumPy" not in r["lowering"], r["key"]
         if r["dtype"] == "int8":
             assert r["lsb_unfused"] <= fused_checks.INT8_LSB and r["lsb_f32"] <= fused_checks.INT8_LSB, r["key"]
             if torch is not None:  # a PyTorch engine passed its check, or the row says why none did

@@ -27,11 +27,36 @@ STRIDE1 = dict(strides=1, pads_begin=1, pads_end=1)
 STAGED = "strided_deconvolution_epilogue"
 
 
+#: how a staged call's lowering says it computed the ConvTranspose: a library op heading the
+#: graph, or the plain op before it (its rules' lowering: polyphase, a MatMul form, ...)
+STAGED_CORES = ("ConvolutionBackwardData", "ConvTranspose", "the plain op runs it")
+
+
 def assert_staged(op: Any) -> None:
-    """The op ran as its own partition, then the bias and post-ops in more (the guard)."""
+    """The op ran as its own partition(s), then the bias and post-ops in more (the guard)."""
     assert op.guard == STAGED and op.fused is False and op.partitions >= 2, op.lowering
-    assert any(f"partitions (the ConvTranspose as {core}, then the rest: {STAGED})" in op.lowering
-               for core in ("ConvolutionBackwardData", "ConvTranspose")), op.lowering
+    assert any(f" (the ConvTranspose as {core}, then the rest: {STAGED})" in op.lowering
+               for core in STAGED_CORES), op.lowering
+    plain = "(the ConvTranspose as the plain op runs it" in op.lowering
+    assert (": the plain op, then " in op.lowering) == plain, op.lowering
+
+
+@pytest.fixture
+def flipped_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rules choose the Convolution over flipped weights for every forward problem it can
+    run (stride 1), where a fused call fuses its chain into it; whether the measured table
+    chooses it is per CPU and shape (elsewhere a stride-1 call runs the op, then the rest)."""
+    from onednn_convt import lowering
+    from onednn_convt.lowering import base
+
+    rule = lowering.rule
+
+    def flipped_first(p: Any, native: bool = False) -> str:
+        if p.op == "ConvTranspose" and base.FLIPPED_CONVOLUTION in lowering.candidates(p, native=native):
+            return base.FLIPPED_CONVOLUTION
+        return rule(p, native=native)
+
+    monkeypatch.setattr(lowering, "rule", flipped_first)
 UNARY_ATTRS: dict[str, dict[str, float]] = {
     "Clamp": {"min": -0.5, "max": 0.75}, "Elu": {"alpha": 0.7}, "LeakyReLU": {"alpha": 0.1},
     "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "SoftPlus": {"beta": 1.5},
@@ -109,10 +134,12 @@ def chain_for(kind: str) -> tuple[list[PostOp], Callable[[tuple[int, ...], str],
 @pytest.mark.parametrize("kind", sorted(POST_OPS))
 @pytest.mark.parametrize("data_format", ["NCX", "NXC"])
 @pytest.mark.parametrize("geometry", ["stride 1", "stride 2"])
-def test_each_post_op_fuses_and_matches_the_reference(kind: str, data_format: str, geometry: str) -> None:
-    """Each post-op fuses at stride 1, on the forward Convolution over flipped weights (the
-    library's deconvolution is 10-20x slower with it fused); at stride 2 the guard runs it
-    after the op, in a partition of its own. Right either way."""
+def test_each_post_op_fuses_and_matches_the_reference(flipped_rule: None, kind: str, data_format: str,
+                                                      geometry: str) -> None:
+    """Each post-op fuses at stride 1, on the forward Convolution over flipped weights where
+    the rules run the plain call so (the library's deconvolution is 10-20x slower with it
+    fused); at stride 2 the guard runs it after the op, in a partition of its own. Right
+    either way."""
     attrs = STRIDE1 if geometry == "stride 1" else ATTRS
     src, w, b = inputs(data_format, "f32")
     chain, make = chain_for(kind)
@@ -151,7 +178,7 @@ def test_three_post_op_chain_with_broadcasts(code: str, data_format: str) -> Non
 
 @pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("data_format", ["NCX", "NXC"])
-def test_depthwise_stride_one_fuses_on_the_convolution(code: str, data_format: str) -> None:
+def test_depthwise_stride_one_fuses_on_the_convolution(flipped_rule: None, code: str, data_format: str) -> None:
     """The plain op's Convolution over flipped weights heads the graph (lowering.forward): dilated,
     asymmetric pads, a full-shape and a per-channel operand; twice (the plan's second call)."""
     rng = np.random.default_rng(11)
@@ -170,6 +197,43 @@ def test_depthwise_stride_one_fuses_on_the_convolution(code: str, data_format: s
     check(got, src, w, b, operands, chain, code, **attrs)
     again = op(src, w, b, *operands)
     np.testing.assert_array_equal(np.asarray(again, np.float64), np.asarray(got, np.float64))
+
+
+@pytest.mark.parametrize("rule, core, groups", [  # ConvolutionBackwardData: groups 1 only (its candidates)
+    ("ConvTranspose", "ConvTranspose", 1), ("ConvTranspose", "ConvTranspose", 3),
+    ("ConvolutionBackwardData", "ConvolutionBackwardData", 1),
+    ("ConvTranspose in f32", "ConvTranspose", 1), ("ConvTranspose in f32", "ConvTranspose", 3),
+])
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_stride_one_runs_the_rules_deconvolution_then_the_rest(monkeypatch: pytest.MonkeyPatch, rule: str, core: str,
+                                                               code: str, data_format: str, groups: int) -> None:
+    """Stride 1 where the rules run the plain call on the library's deconvolution (not the
+    Convolution over flipped weights, which could take the chain fused): that op alone, then
+    the bias and post-ops (a speed rule: no guard); right, and the same again."""
+    from onednn_convt import lowering
+
+    real = lowering.rule
+    monkeypatch.setattr(lowering, "rule", lambda problem, native=False: (
+        rule if problem.op == "ConvTranspose" else real(problem, native=native)))
+    rng = np.random.default_rng(groups)
+    c, dt = 3 * groups, DTYPES[code]
+    nxc = data_format == "NXC"
+    src = rng.uniform(-1, 1, (2, 5, 4, c) if nxc else (2, c, 5, 4)).astype(dt)
+    w = rng.uniform(-0.5, 0.5, (3, 3, 3, c) if nxc else (c, 3, 3, 3)).astype(dt)  # OC/groups = 3
+    b = rng.uniform(-0.5, 0.5, 3 * groups).astype(dt)
+    attrs = dict(STRIDE1, groups=groups, **formats(data_format))
+    shape = reference.conv_transpose(src, w, **attrs).shape
+    channel = (3 * groups,) if nxc else (3 * groups, 1, 1)
+    operands = [rng.uniform(-1, 1, shape).astype(dt), rng.uniform(0.5, 2, channel).astype(dt)]
+    chain = [PostOp("Add"), PostOp("ReLU"), PostOp("Multiply")]
+    op = oc.ConvTranspose(**attrs, post_ops=chain)
+    got = op(src, w, b, *operands)
+    assert op.fused is False and op.partitions >= 2 and op.guard is None, op.lowering
+    assert (f"(the ConvTranspose as {core}, then the rest: oneDNN 3.2's stride-1 deconvolution is slow "
+            "with them fused)") in (op.lowering or ""), op.lowering
+    check(got, src, w, b, operands, chain, code, **attrs)
+    np.testing.assert_array_equal(np.asarray(op(src, w, b, *operands), np.float64), np.asarray(got, np.float64))
 
 
 @pytest.mark.parametrize("code", ["f32", "bf16"])
@@ -196,20 +260,23 @@ def test_stride_one_past_the_flip_runs_the_op_then_the_rest(code: str, data_form
 
 @pytest.mark.parametrize("rule, core", [
     ("ConvTranspose", "ConvTranspose"), ("ConvolutionBackwardData", "ConvolutionBackwardData"),
-    ("ConvTranspose in f32", "ConvTranspose"), ("Polyphase", "ConvolutionBackwardData"),
+    ("ConvTranspose in f32", "ConvTranspose"), ("Polyphase", "the plain op runs it"),
 ])
 @pytest.mark.parametrize("code", ["f32", "bf16"])
-def test_the_staged_op_is_the_plain_calls_where_it_is_one_library_op(monkeypatch, rule: str, core: str,
-                                                                   code: str) -> None:
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def test_the_staged_op_is_the_plain_calls(monkeypatch, rule: str, core: str, code: str, data_format: str) -> None:
     """A strided fused float call runs the op alone, then the rest: the op the rules run the
-    plain call on where that is the library's ConvTranspose or ConvolutionBackwardData (in
-    its native form for "... in f32"), else ConvolutionBackwardData (groups 1); right either
-    way, and the same again."""
+    plain call on at the graph's head where that is the library's ConvTranspose or
+    ConvolutionBackwardData (in its native form for "... in f32"), else the plain op itself
+    before the graph (which runs it as its rule says: here each polyphase phase by the
+    real rules); right either way, and the same again; out= the residual Add's tensor."""
     from onednn_convt import lowering
 
-    monkeypatch.setattr(lowering, "rule", lambda problem, native=False: rule)
-    src, w, b = inputs("NCX", code)
-    attrs = dict(**ATTRS, **formats("NCX"))
+    real = lowering.rule
+    monkeypatch.setattr(lowering, "rule", lambda problem, native=False: (
+        rule if any(s > 1 for s in problem.geometry.strides) else real(problem, native=native)))
+    src, w, b = inputs(data_format, code)
+    attrs = dict(**ATTRS, **formats(data_format))
     shape = reference.conv_transpose(src, w, **attrs).shape
     operands = [np.random.default_rng(5).uniform(-1, 1, shape).astype(DTYPES[code])]
     chain = [PostOp("Add"), PostOp("ReLU")]
@@ -217,8 +284,14 @@ def test_the_staged_op_is_the_plain_calls_where_it_is_one_library_op(monkeypatch
     got = op(src, w, b, *operands)
     assert_staged(op)
     assert f"(the ConvTranspose as {core}, then the rest" in (op.lowering or ""), op.lowering
+    if core == "the plain op runs it":
+        assert (op.lowering or "").startswith(rule + "+BiasAdd+Add+ReLU: the plain op, then "), op.lowering
+        assert (op._plain().lowering or "").startswith(rule), op._plain().lowering
     check(got, src, w, b, operands, chain, code, **attrs)
     np.testing.assert_array_equal(np.asarray(op(src, w, b, *operands), np.float64), np.asarray(got, np.float64))
+    residual = operands[0].copy()
+    assert op(src, w, b, residual, out=residual) is residual
+    np.testing.assert_array_equal(np.asarray(residual, np.float64), np.asarray(got, np.float64))
 
 
 _REF_KERNEL_SCRIPT = """
@@ -685,7 +758,8 @@ def test_int8_routes_hold_under_isa_caps(level: str) -> None:
 
 @pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("chain", [["ReLU"], ["Multiply"], ["ReLU", "Add"]])
-def test_fused_size_one_dims_with_odd_strides_reach_the_library_as_plain_calls_do(code: str, chain: list[str]) -> None:
+def test_fused_size_one_dims_with_odd_strides_reach_the_library_as_plain_calls_do(flipped_rule: None, code: str,
+                                                                                  chain: list[str]) -> None:
     """IC = OC = 1 and kernel 1 (depthwise, stride 1: the Convolution over flipped weights,
     whose flip leaves a negative stride on a size-1 dim), and size-1 dims with zero or
     negative strides in every input: the fused call presents them to oneDNN as the plain call
@@ -839,9 +913,10 @@ def test_tiles_matmul_heads_the_graph_where_its_kernels_take_the_chain(
     matmul = guards.dispatch_isa() in fusion.MATMUL_POST_OPS_ISAS.get(code, ()) and "channel" not in operands
     if matmul:
         assert op.fused is True and op.partitions == 1
-    else:  # the ConvTranspose, strided: the guard runs the post-ops after it
+    else:  # the plain op (the tiles MatMul, its rule), strided: the guard runs the post-ops after it
         assert_staged(op)
-    assert (op.lowering or "").startswith("MatMul+" if matmul else "ConvolutionBackwardData+"), op.lowering
+        assert "(the ConvTranspose as the plain op runs it" in (op.lowering or ""), op.lowering
+    assert (op.lowering or "").startswith("MatMul+" if matmul else "MatMul (tiles)+"), op.lowering
     if matmul:
         assert "(the ConvTranspose as a MatMul over the taps)" in (op.lowering or "")
         assert "emulation" not in (op.lowering or "")  # bf16 native, guarded or not

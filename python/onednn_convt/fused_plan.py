@@ -59,6 +59,7 @@ class FusedPlan:
     finite_guard: bool = False  # native bf16/f16: redo in f32 if the result is non-finite
     executor: Any = None
     fallback: Optional[FusedPlan] = None
+    before_bias: int = 2  # the graph's inputs before the bias: src, weights (a plain core: its result)
 
     def _library_inputs(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         return library_inputs(arrays, self.has_bias, self.operand_shapes, self.emulated, self.prepare)
@@ -75,7 +76,7 @@ class FusedPlan:
         # writes it in place where it says it reads that input from the output's memory, else
         # reads a copy; where an f32 redo may need the tensor afterwards, it writes elsewhere
         shared = [] if out is None else [
-            i for i in range(2 + self.has_bias, len(args)) if np.may_share_memory(args[i], out)]
+            i for i in range(self.before_bias + self.has_bias, len(args)) if np.may_share_memory(args[i], out)]
         result: np.ndarray
         if out is not None and direct and not (shared and self.finite_guard):
             result = out
@@ -338,6 +339,16 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     if not f.int8 and core.kind == lowerings.CONV_TRANSPOSE and guards.strided_deconvolution_epilogue(code, strides):
         core = staged_core(op, problem, plain_rule)
         guard = guard or guards.STRIDED_DECONVOLUTION_EPILOGUE.name
+    elif not f.int8 and all(s == 1 for s in strides) and (
+            plain_rule.removesuffix(lowering_rules.IN_F32) in (lowerings.CONV_TRANSPOSE, lowerings.CONVOLUTION_BACKWARD_DATA)):
+        # speed rules (no guard): where the measured rules run the plain call on the library's
+        # deconvolution, that op alone and the rest after it (fused, the deconvolution is
+        # 10-20x slower: staged_core); and not the Convolution over flipped weights with them
+        # fused: A/B on an AMD Zen5 (15 alternated pairs, medians), k3/k4 s1 layers of 8x32..256
+        # channels, depthwise and 4 groups, f32/bf16, NCX/NXC, bias + ReLU, Add, or Add + ReLU +
+        # per-channel Multiply: 0.47-1.13x its time, geomean about 0.85 (depthwise NCX f32 bias
+        # + Add 0.43 against 0.84 ms; tiny 1x8x8x8 bias + ReLU 14 against 28 us)
+        core = staged_core(op, problem, plain_rule, SLOW_STRIDE_1_EPILOGUE)
     elif not f.int8 and core.kind == lowerings.CONV_TRANSPOSE and all(s == 1 for s in strides):
         # a speed rule (no guard): the forward Convolution over flipped weights keeps its speed
         # with them fused; where it cannot run the call, the op alone and the rest after it
@@ -399,12 +410,15 @@ def _fused_plan(core: Core, compiled: Any, emulated: bool, code: str, out_shape:
     """The plan of a graph compiled as one partition around ``core``."""
     f: Fusion = plan_args["fusion"]
     parts = compiled.partitions
-    kind = f"{f.chain(plan_args['has_bias'], core.kind)}: " + (
-        "1 fused partition" if parts == 1 else f"{parts} partitions") + core.how
+    counted = "1 fused partition" if parts == 1 else f"{parts} partitions"
+    if core.plain:  # the plain op's own partitions, then the graph's
+        counted, parts = f"the plain op, then {'1 partition' if parts == 1 else counted}", parts + 1
+    kind = f"{f.chain(plan_args['has_bias'], core.kind)}: {counted}{core.how}"
     plan = FusedPlan(lowering=FusedLowering(kind, out_shape, parts, parts == 1, guard), compiled=compiled,
                      emulated=emulated,
                      prepare=core.prepare, library_shape=core.out_shape,
-                     finite_guard=not emulated and code in ("bf16", "f16"), **plan_args)
+                     finite_guard=not emulated and code in ("bf16", "f16"), before_bias=1 if core.plain else 2,
+                     **plan_args)
     plan.executor = _executor(plan, arrays)
     return plan
 
@@ -444,17 +458,32 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
     """Compile the graph for the arrays as library_inputs gives them (an emulated call: f32)."""
     src, w, bias, *_ = arrays
     has_bias = bias is not None
-    args = library_inputs(arrays, has_bias, operand_shapes, emulated, core.prepare)
-    descs = [describe(a, _code(a)) for a in args]
     out_code = _code(np.empty(0, out_dtype)) if out_dtype.kind in "iu" else compute  # bf16's kind is "V"
     inter = "f32" if f.int8 else compute
+    if core.plain:  # the graph takes the plain op's result (as it will be: dense, in the compute dtype)
+        result = np.empty(out_shape, dtypes.FLOAT_DTYPES[inter])  # not written: its description
+        args = [result] + library_inputs(arrays, has_bias, operand_shapes, emulated)[2:]
+    else:
+        args = library_inputs(arrays, has_bias, operand_shapes, emulated, core.prepare)
+    descs = [describe(a, _code(a)) for a in args]
     nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape,
-                        args[1].shape, core)
+                        w.shape if core.plain else args[1].shape, core)
     shape = core.out_shape or out_shape
     output = (list(shape), list(shapes.dense_strides(shape)), out_code)
+    chain = f.chain(has_bias, core.kind)
+    if core.plain:
+        # no core node: the library must run the first stage as one partition (the C++ core's
+        # rule for a graph's head), so where it splits that chain, its first node alone
+        starts = _stage_starts(nodes, descs, 0)[1:]
+        try:
+            return native.compile(chain, {}, descs, output, nodes=nodes, stages=starts)
+        except UnsupportedError as e:
+            if "one partition" not in str(e) or len(nodes) == 1 or (starts and starts[0] == 1):
+                raise
+        return native.compile(chain, {}, descs, output, nodes=nodes, stages=[1] + [s for s in starts if s > 1])
     core_at = 2 if f.int8 else 0  # the core's node (after the two Dequantize nodes)
     stages = _stage_starts(nodes, descs, core_at + 1) if core.staged else []
-    return native.compile(f.chain(has_bias, core.kind), {}, descs, output, nodes=nodes, stages=stages)
+    return native.compile(chain, {}, descs, output, nodes=nodes, stages=stages)
 
 
 def _stage_starts(nodes: Sequence[tuple[str, dict[str, Any], list[int], Any]], descs: Sequence[Any],

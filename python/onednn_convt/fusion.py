@@ -100,6 +100,9 @@ class Core:
             post-ops follow as a second partition in dst (the guard
             :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`; see
             :func:`staged_core`).
+        plain: (staged) the plain op computes the ConvTranspose, by its rules, before the
+            graph (in ``prepare``): the graph holds the bias and post-ops alone, its first
+            input that result (``kind`` names the plain op's lowering).
     """
 
     kind: str
@@ -109,6 +112,7 @@ class Core:
     out_shape: Optional[tuple[int, ...]] = None
     how: str = ""
     staged: bool = False
+    plain: bool = False
 
 
 def make_core(op: ConvTranspose, lowering: Optional[lowerings.Lowering], src_shape: Sequence[int],
@@ -135,21 +139,33 @@ def staged_core(op: ConvTranspose, problem: Problem, plain_rule: str,
     after it; measured on an AMD Zen5, f32 and bf16, k3 s1 p1 layers of 75 to 262,144 output
     elements: 8x32x32x32 -> 32 with bias + ReLU, 4.8 ms fused against 0.41 ms staged in NCX f32,
     6.3 against 0.19 ms in NXC bf16): the op alone, then BiasAdd and the post-ops as further
-    partitions, in dst. The op alone is the plain call's: ``plain_rule``, the rules' lowering
-    of ``problem`` (its native form where the rule is "... in f32"), where that is the
-    library's ConvTranspose or ConvolutionBackwardData; else ConvolutionBackwardData where
-    groups is 1 and ConvTranspose otherwise. (On an AMD Zen5 the HiFi-GAN k16 s8 layer with
-    bias + ReLU, f32 NCX, took 178 ms on ConvolutionBackwardData where the rules' ConvTranspose
-    takes 117.) ``why`` ends ``op.lowering``."""
+    partitions, in dst. The op alone runs as the plain call does: ``plain_rule``, the rules'
+    lowering of ``problem`` (its native form where the rule is "... in f32"). Where that is
+    the library's ConvTranspose or ConvolutionBackwardData, it heads the graph (on an AMD
+    Zen5 the HiFi-GAN k16 s8 layer with bias + ReLU, f32 NCX, took 178 ms on
+    ConvolutionBackwardData where the rules' ConvTranspose takes 117); any other lowering
+    (polyphase, a MatMul form, ...) is the plain op itself, run before the graph
+    (:attr:`Core.plain`: the DCGAN k4 s2 layer's polyphase forward, f32 NXC with bias + Add,
+    ran in 4.1 ms on ConvolutionBackwardData where the plain op and NumPy take 2.8).
+    ``why`` ends ``op.lowering``."""
     from .lowering import IN_F32, forward
 
     rule = plain_rule.removesuffix(IN_F32)
-    name = (rule if rule in (lowerings.CONV_TRANSPOSE, lowerings.CONVOLUTION_BACKWARD_DATA)
-            and rule in forward.candidates(problem)
-            else lowerings.CONVOLUTION_BACKWARD_DATA if problem.groups == 1 else lowerings.CONV_TRANSPOSE)
-    low = forward.build(problem, name)
-    return Core(low.kind, low.attrs, low.attrs["weights_format"], staged=True,
-                how=f" (the ConvTranspose as {name}, then the rest: {why})")
+    if rule in (lowerings.CONV_TRANSPOSE, lowerings.CONVOLUTION_BACKWARD_DATA):
+        low = forward.build(problem, rule)
+        return Core(low.kind, low.attrs, low.attrs["weights_format"], staged=True,
+                    how=f" (the ConvTranspose as {rule}, then the rest: {why})")
+    plain = op._plain()
+
+    def run_plain(args: list[np.ndarray]) -> list[np.ndarray]:
+        """(src, weights[, bias], operands...) -> (the op's result without its bias, dense as
+        the graph takes it[, bias], operands...)"""
+        result = np.empty(problem.out_shape, args[0].dtype)
+        plain(args[0], args[1], out=result)
+        return [result] + args[2:]
+
+    return Core(rule, {}, op.attrs["weights_format"], run_plain, staged=True, plain=True,
+                how=f" (the ConvTranspose as the plain op runs it, then the rest: {why})")
 
 
 #: dtype -> the dispatch ISAs on which oneDNN 3.2 runs a MatMul with every post-op chain on
@@ -248,7 +264,8 @@ def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
                 w_shape: Sequence[int], core: Optional[Core] = None,
                 ) -> list[tuple[str, dict[str, Any], list[int], Any]]:
     """The library graph of a fused call: (kind, attrs, inputs, output) per node, inputs
-    indexing the graph's inputs (src, weights, bias?, operands...) or, as -1 - k, node k.
+    indexing the graph's inputs (src, weights, bias?, operands...; after a
+    :attr:`Core.plain` core: its result, bias?, operands...) or, as -1 - k, node k.
     ``core``: the op at its head (default: the library's ConvTranspose on ``w_shape``,
     as the user's call reads; else ``w_shape`` is the weights as the core takes them)."""
     if core is None:
@@ -267,15 +284,16 @@ def graph_nodes(op: ConvTranspose, f: Fusion, has_bias: bool,
         if f.weights_dequantize.qtype == "per_channel":
             wq["axis"] = weights_axis(core.weights_format, len(w_shape))
         w_ref = add("Dequantize", wq, [1], w_shape, "f32")
+    head = 1 if core.plain else 2  # the graph's inputs before the bias: src, weights; or the op's result
     conv = [src_ref, w_ref] + ([2] if has_bias and not core.staged else [])
     out_shape = core.out_shape or out_shape  # the post-ops work in the core's result's shape
-    ref = add(core.kind, core.attrs, conv, out_shape, inter)
+    ref = 0 if core.plain else add(core.kind, core.attrs, conv, out_shape, inter)
     if core.staged and has_bias:  # in NXC an Add of the 1-D bias (it broadcasts over the last dim,
         # and the library fuses the post-ops into it); BiasAdd, its own partition, in NCX
-        nxc = core.attrs["data_format"] == "NXC"
+        nxc = op.attrs["data_format"] == "NXC"
         kind, attrs = ("Add", {}) if nxc else ("BiasAdd", {"data_format": "NCX"})
-        ref = add(kind, attrs, [ref, 2], out_shape, inter)
-    first = operand = 3 if has_bias else 2
+        ref = add(kind, attrs, [ref, head], out_shape, inter)
+    first = operand = head + int(has_bias)
     for p in f.post_ops:
         if p.is_binary:
             other = operand

@@ -217,9 +217,11 @@ class Op:
                       self.attrs["data_format"] if self.op_name == "ConvTranspose" else None, self._check_out)
 
     def _lower(self, arrays: Sequence[Any]) -> Lowering:
-        """The hand-written rules' lowering of a call (checked as a call is), the core of a
-        fused call: the measured table times plain calls, and a post-op changes which
-        kernel is fastest (the depthwise rule in :mod:`onednn_convt.lowering.rules`)."""
+        """The hand-written rules' lowering of a call (checked as a call is): a fused call's
+        default core (the depthwise Convolution over flipped weights, which takes the chain
+        fused); where the measured rules run the plain call on the library's deconvolution,
+        or on a lowering no graph can head, the fused call follows them instead
+        (:func:`onednn_convt.fused_plan.make_plan`)."""
         problem = self._problem(arrays, dtypes.code_of(arrays[0].dtype) or "")
         return lowering.build(problem, lowering.rules.fallback(problem))
 
