@@ -102,7 +102,8 @@ def test_extra_cases_reach_the_rarer_candidates():
     for wanted in [(FWD, base.FLIPPED_CONVOLUTION), (FWD, base.OVERLAP_ADD), (FWD, base.TILES),
                    (FWD, base.CONVOLUTION_BACKWARD_DATA), (BWD_D, base.FRAMES),
                    (BWD_D, base.CONV_TRANSPOSE_BACKWARD_DATA), (BWD_D, base.TILES), (BWD_W, base.FRAMES),
-                   (BWD_W, base.CONVOLUTION_BACKWARD_WEIGHTS)]:
+                   (BWD_W, base.CONVOLUTION_BACKWARD_WEIGHTS), (FWD, base.CHANNELS_LAST), (BWD_D, base.CHANNELS_LAST),
+                   (BWD_W, base.CHANNELS_LAST)]:
         assert wanted in seen, wanted
 
 
@@ -122,15 +123,16 @@ def test_the_tiles_matmul_takes_no_f16_bias(code, fmt):
 
 
 def test_a_guarded_problem_has_the_guards_lowering_alone():
-    """Where a guard is active the tuner has nothing to choose: BackwardData with stride >=
-    kernel in bf16 on AMX keeps the guard's route (on other CPUs the guard is off and the
-    library ops are candidates again)."""
+    """Where a guard is active the tuner has nothing to choose but the guard's route, in
+    NCX also run in NXC: BackwardData with stride >= kernel in bf16 on AMX (on other CPUs
+    the guard is off and the library ops are candidates again)."""
     cfg = Config(src=(4, 4), kernel=(2, 2), strides=3, ic=4, oc=4)
     arrays = inputs_of(BWD_D, cfg.tensors(np.random.default_rng(0), "bf16"), cfg)
     problem = op_of(BWD_D, cfg)._problem(arrays, "bf16")
     names = lowering.candidates(problem)
-    if guards.stride_not_below_kernel("bf16", cfg.kernel, (3, 3)):
-        assert names == [base.ZERO_PADDED_TAPS]
+    if guards.stride_not_below_kernel("bf16", cfg.kernel, (3, 3)):  # NCX: also the route in NXC
+        assert names == [base.ZERO_PADDED_TAPS, base.CHANNELS_LAST]
+        assert lowering.build(problem, base.CHANNELS_LAST).guard == guards.AMX_STRIDE_NOT_BELOW_KERNEL.name
     else:
         assert base.CONVOLUTION in names and base.CONV_TRANSPOSE_BACKWARD_DATA in names
 
@@ -141,3 +143,32 @@ def test_unknown_candidate_name_is_a_value_error():
     problem = op_of(FWD, cfg)._problem(call_arrays(FWD, cfg, arrays), "f32")
     with pytest.raises(ValueError, match="ConvTranspose: no lowering named 'Nope'"):
         lowering.build(problem, "Nope")
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("op", OPS)
+def test_channels_last_runs_the_nxc_op_between_reorders(monkeypatch: pytest.MonkeyPatch, op: str, code: str) -> None:
+    """An NCX call as its NXC problem's library op, the activations reordered there and the
+    result back: the reference's values, into a fresh result and into an out= view of
+    other strides, with a bias (a forward's); NXC calls have no such candidate."""
+    cfg = Config(src=(5, 6), kernel=(3, 3), strides=2, pads_begin=1, pads_end=0, ic=6, oc=4, groups=2, bias=True,
+                 name="2d_channels_last")
+    rule = lowering.rule
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: (
+        base.CHANNELS_LAST if base.CHANNELS_LAST in lowering.candidates(p, native=native) else rule(p, native=native)))
+    arrays = inputs_of(op, cfg.tensors(np.random.default_rng(3), code), cfg)
+    instance = op_of(op, cfg)
+    given = call_arrays(op, cfg, arrays)
+    want = reference(op, cfg, arrays)
+    got = instance(*given)
+    assert "(in NXC, reordered)" in (instance.lowering or ""), instance.lowering  # bf16 under AVX2: emulated
+    reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
+    assert_close(got, want, code, reduction)
+    wide = np.zeros(got.shape[:-1] + (2 * got.shape[-1],), got.dtype)
+    view = wide[..., ::2]
+    assert instance(*given, out=view) is view
+    np.testing.assert_array_equal(np.asarray(view, np.float64), np.asarray(got, np.float64))
+    nxc = replace(cfg, data_format="NXC", weights_format="XOI")
+    nxc_arrays = inputs_of(op, nxc.tensors(np.random.default_rng(3), code), nxc)
+    problem = op_of(op, nxc)._problem(call_arrays(op, nxc, nxc_arrays), code)
+    assert base.CHANNELS_LAST not in lowering.candidates(problem)

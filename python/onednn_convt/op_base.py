@@ -63,6 +63,7 @@ class Op:
         else:
             text = str(low.kind) + ("+BiasAdd: 2 partitions" if staged else "")
             text += "+bias (core)" if getattr(low, "host_bias", None) is not None else ""
+            text += " (in NXC, reordered)" if getattr(low, "name", "") == lowering.base.CHANNELS_LAST else ""
         text += " (f32 emulation)" if plan.emulated else ""
         tuning = getattr(plan, "tuning", None)
         return text if tuning is None else f"{text} (tuned: {tuning.name})"

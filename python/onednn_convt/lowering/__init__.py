@@ -9,6 +9,8 @@ package does the rest:
   :mod:`onednn_convt.guards` forbids on this CPU;
 - a strided problem also has its polyphase form (:mod:`.polyphase`: stride-1 ops on strided
   views), each phase lowered by the rules;
+- an NCX problem also has its channels-last form (:mod:`.channels_last`: the NXC problem's
+  library op between reorders of the activations), the NXC op chosen by the rules;
 - a bf16/f16 problem also has each library op computed in f32 (``"<name> in f32"``: the
   inputs converted, the f32 kernel, the result rounded), since some of oneDNN 3.2's native
   low-precision kernels are far slower than its f32 ones (f16 BackwardWeights on an
@@ -24,11 +26,11 @@ package does the rest:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Optional
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
-from . import backward_data, backward_weights, forward, polyphase, rules
-from .base import MATMUL, POLYPHASE, Lowering
+from . import backward_data, backward_weights, channels_last, forward, polyphase, rules
+from .base import CHANNELS_LAST, MATMUL, POLYPHASE, Lowering
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
 
@@ -70,12 +72,31 @@ def _choose(p: Problem, names: list[str]) -> str:
 
 def _valid(p: Problem, native: bool) -> list[str]:
     names = _CANDIDATES[p.op](p)
+    in_f32: list[str] = []
     if p.dtype in ("bf16", "f16") and len(names) > 1 and not native:
         built = [_BUILD[p.op](p, n) for n in names]
-        names += [n + IN_F32 for n, low in zip(names, built) if not low.f32_only and low.kind != MATMUL]
+        in_f32 = [n + IN_F32 for n, low in zip(names, built) if not low.f32_only and low.kind != MATMUL]
+    # (the NXC problem has the same guards: under a guard's route, channels-last runs it too)
+    if channels_last.applies(p) and _channels_last_inner(p) is not None:
+        names.append(CHANNELS_LAST)
+    names += in_f32
     if polyphase.applies(p):  # its stride-1 phases are kept from every stride guard's kernels too
         names.append(POLYPHASE)
     return names
+
+
+def _channels_last_inner(p: Problem) -> Optional[str]:
+    """The lowering of ``p``'s NXC problem that its channels-last form runs: the rules'
+    choice among the candidates that are one library op on the arrays
+    (:func:`.channels_last.wraps`), native; None if there is none."""
+    q = channels_last.nxc_problem(p)
+    names = [n for n in _CANDIDATES[q.op](q) if channels_last.wraps(_BUILD[q.op](q, n))]
+    if not names:
+        return None
+    chosen = rules.measured(q, names)
+    if chosen not in names:
+        chosen = rules.fallback(q)
+    return chosen if chosen in names else names[0]
 
 
 def build(p: Problem, name: str) -> Lowering:
@@ -83,6 +104,12 @@ def build(p: Problem, name: str) -> Lowering:
     small = rules.single_threaded(p)
     if name == POLYPHASE:  # each phase's stride-1 problem lowered by the rules
         return replace(polyphase.build(p, lambda sub: build(sub, rule(sub, native=True))), single_thread=small)
+    if name == CHANNELS_LAST:
+        inner = _channels_last_inner(p)
+        if inner is None:
+            raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
+        q = channels_last.nxc_problem(p)
+        return replace(channels_last.build(p, build(q, inner)), single_thread=small)
     if name.endswith(IN_F32):
         low = _BUILD[p.op](p, name[: -len(IN_F32)])
         return replace(low, f32_only=True, name=name, single_thread=small)

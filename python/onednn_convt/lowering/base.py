@@ -128,3 +128,5 @@ TILES = "MatMul (tiles)"
 SUBSAMPLED = "Convolution (subsampled)"
 ZERO_PADDED_TAPS = "Convolution (zero-padded taps)"
 POLYPHASE = "Polyphase"
+#: an NCX call run as its NXC problem between reorders (:mod:`.channels_last`)
+CHANNELS_LAST = "Channels-last"
