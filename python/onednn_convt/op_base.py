@@ -79,7 +79,9 @@ class Op:
     @property
     def partitions(self) -> Optional[int]:
         """How many library partitions the last call ran (1 for a fused call the library
-        fused; a call the library did not fuse ran 1 and then NumPy). None before the first call."""
+        fused; a call the library did not fuse ran 1 and then NumPy; a fused call whose plain
+        op ran first, ``"the plain op, then ..."``, counts that op as one). None before the
+        first call."""
         plan = self.last_plan
         if plan is None:
             return None
