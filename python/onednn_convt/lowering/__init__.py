@@ -77,7 +77,7 @@ def _valid(p: Problem, native: bool) -> list[str]:
         built = [_BUILD[p.op](p, n) for n in names]
         in_f32 = [n + IN_F32 for n, low in zip(names, built) if not low.f32_only and low.kind != MATMUL]
     # (the NXC problem has the same guards: under a guard's route, channels-last runs it too)
-    if channels_last.applies(p) and _channels_last_inner(p) is not None:
+    if channels_last.applies(p) and _channels_last_names(channels_last.nxc_problem(p)):
         names.append(CHANNELS_LAST)
     names += in_f32
     if polyphase.applies(p):  # its stride-1 phases are kept from every stride guard's kernels too
@@ -85,12 +85,15 @@ def _valid(p: Problem, native: bool) -> list[str]:
     return names
 
 
-def _channels_last_inner(p: Problem) -> Optional[str]:
-    """The lowering of ``p``'s NXC problem that its channels-last form runs: the rules'
-    choice among the candidates that are one library op on the arrays
-    (:func:`.channels_last.wraps`), native; None if there is none."""
-    q = channels_last.nxc_problem(p)
-    names = [n for n in _CANDIDATES[q.op](q) if channels_last.wraps(_BUILD[q.op](q, n))]
+def _channels_last_names(q: Problem) -> list[str]:
+    """The candidates of ``q`` (an NCX problem's NXC form) that a channels-last lowering can
+    run: one library op on the arrays (:func:`.channels_last.wraps`), native."""
+    return [n for n in _CANDIDATES[q.op](q) if channels_last.wraps(_BUILD[q.op](q, n))]
+
+
+def _channels_last_inner(q: Problem) -> Optional[str]:
+    """The rules' choice among :func:`_channels_last_names` of ``q``; None if there is none."""
+    names = _channels_last_names(q)
     if not names:
         return None
     chosen = rules.measured(q, names)
@@ -105,10 +108,10 @@ def build(p: Problem, name: str) -> Lowering:
     if name == POLYPHASE:  # each phase's stride-1 problem lowered by the rules
         return replace(polyphase.build(p, lambda sub: build(sub, rule(sub, native=True))), single_thread=small)
     if name == CHANNELS_LAST:
-        inner = _channels_last_inner(p)
+        q = channels_last.nxc_problem(p)
+        inner = _channels_last_inner(q) if channels_last.applies(p) else None
         if inner is None:
             raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
-        q = channels_last.nxc_problem(p)
         return replace(channels_last.build(p, build(q, inner)), single_thread=small)
     if name.endswith(IN_F32):
         low = _BUILD[p.op](p, name[: -len(IN_F32)])

@@ -63,8 +63,10 @@ def nxc_problem(p: Problem) -> Problem:
 
 def wraps(inner: Lowering) -> bool:
     """Whether ``inner`` (a lowering of the NXC problem) can run inside this one: a single
-    library op on the arrays, whose result is the NXC problem's as the library writes it."""
-    return not inner.phases and inner.finish is None and not inner.library_shape
+    library op on the arrays, whose result is the NXC problem's as the library writes it,
+    and so is its f32 redo (``exact``) if it has one."""
+    return (not inner.phases and inner.finish is None and not inner.library_shape
+            and (inner.exact is None or wraps(inner.exact)))
 
 
 def build(p: Problem, inner: Lowering) -> Lowering:
@@ -91,7 +93,7 @@ def build(p: Problem, inner: Lowering) -> Lowering:
         def finish(result: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
             return permute.permuted(result, result.shape, _axes_to_ncx(result.ndim))
 
-    exact = None if inner.exact is None else build(p, inner.exact) if wraps(inner.exact) else None
+    exact = None if inner.exact is None else build(p, inner.exact)
     return replace(
         inner, out_shape=p.out_shape, prepare=reorder, finish=finish, library_shape=library_shape,
         prepared_elems=inner.prepared_elems + sum(math.prod(s) for s in shapes), exact=exact,
