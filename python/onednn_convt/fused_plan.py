@@ -461,11 +461,11 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
     out_code = _code(np.empty(0, out_dtype)) if out_dtype.kind in "iu" else compute  # bf16's kind is "V"
     inter = "f32" if f.int8 else compute
     if core.plain:  # the graph takes the plain op's result (as it will be: dense, in the compute dtype)
-        result = np.empty(out_shape, dtypes.FLOAT_DTYPES[inter])  # not written: its description
-        args = [result] + library_inputs(arrays, has_bias, operand_shapes, emulated)[2:]
+        rest = library_inputs(arrays, has_bias, operand_shapes, emulated)[2:]
+        descs = [(tuple(out_shape), shapes.dense_strides(out_shape), inter)] + [describe(a, _code(a)) for a in rest]
     else:
         args = library_inputs(arrays, has_bias, operand_shapes, emulated, core.prepare)
-    descs = [describe(a, _code(a)) for a in args]
+        descs = [describe(a, _code(a)) for a in args]
     nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape,
                         w.shape if core.plain else args[1].shape, core)
     shape = core.out_shape or out_shape
