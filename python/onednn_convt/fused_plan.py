@@ -463,11 +463,12 @@ def _compile(op: ConvTranspose, f: Fusion, core: Core, arrays: Sequence[Any],
     if core.plain:  # the graph takes the plain op's result (as it will be: dense, in the compute dtype)
         rest = library_inputs(arrays, has_bias, operand_shapes, emulated)[2:]
         descs = [(tuple(out_shape), shapes.dense_strides(out_shape), inter)] + [describe(a, _code(a)) for a in rest]
+        core_w_shape = tuple(w.shape)
     else:
         args = library_inputs(arrays, has_bias, operand_shapes, emulated, core.prepare)
         descs = [describe(a, _code(a)) for a in args]
-    nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape,
-                        w.shape if core.plain else args[1].shape, core)
+        core_w_shape = tuple(args[1].shape)  # the weights as the core takes them (a flip's)
+    nodes = graph_nodes(op, f, has_bias, out_shape, inter, out_code, operand_shapes, src.shape, core_w_shape, core)
     shape = core.out_shape or out_shape
     output = (list(shape), list(shapes.dense_strides(shape)), out_code)
     chain = f.chain(has_bias, core.kind)

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from .. import shapes
 from ..problem import BACKWARD_WEIGHTS, Problem
 from . import base, permute
 from .base import Lowering
@@ -37,7 +38,7 @@ def applies(p: Problem) -> bool:
 
 def to_nxc(shape: Sequence[int]) -> tuple[int, ...]:
     """An NCX shape (N, C, X...) as NXC (N, X..., C)."""
-    return (shape[0], *shape[2:], shape[1])
+    return shapes.join_activation(*shapes.split_activation(shape, "NCX"), "NXC")
 
 
 def _axes_to_nxc(ndim: int) -> tuple[int, ...]:
@@ -56,9 +57,9 @@ def activations(p: Problem) -> tuple[int, ...]:
 def nxc_problem(p: Problem) -> Problem:
     """``p`` with NXC activations (the same weights, in their format)."""
     moved = activations(p)
-    shapes = tuple(to_nxc(s) if i in moved else s for i, s in enumerate(p.input_shapes))
+    inputs = tuple(to_nxc(s) if i in moved else s for i, s in enumerate(p.input_shapes))
     out = p.out_shape if p.op == BACKWARD_WEIGHTS else to_nxc(p.out_shape)
-    return replace(p, data_format="NXC", input_shapes=shapes, out_shape=out)
+    return replace(p, data_format="NXC", input_shapes=inputs, out_shape=out)
 
 
 def wraps(inner: Lowering) -> bool:
@@ -75,7 +76,7 @@ def build(p: Problem, inner: Lowering) -> Lowering:
     assert applies(p) and wraps(inner), (p.data_format, inner.name)
     moved = activations(p)
     at = [j for j, i in enumerate(inner.inputs) if i in moved]  # the activations among the library's inputs
-    shapes = [p.input_shapes[inner.inputs[j]] for j in at]
+    copied = [p.input_shapes[inner.inputs[j]] for j in at]
     before = inner.prepare
 
     def reorder(args: list[np.ndarray]) -> list[np.ndarray]:
@@ -96,6 +97,6 @@ def build(p: Problem, inner: Lowering) -> Lowering:
     exact = None if inner.exact is None else build(p, inner.exact)
     return replace(
         inner, out_shape=p.out_shape, prepare=reorder, finish=finish, library_shape=library_shape,
-        prepared_elems=inner.prepared_elems + sum(math.prod(s) for s in shapes), exact=exact,
+        prepared_elems=inner.prepared_elems + sum(math.prod(s) for s in copied), exact=exact,
         name=base.CHANNELS_LAST,
     )
