@@ -45,3 +45,15 @@ def test_large_copies_go_through_the_library():
     got = permute.permuted(b, shape, axes)
     assert np.array_equal(got, b.reshape(shape).transpose(axes))
     assert permute._reorder.cache_info().currsize == 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_a_phase_view_whose_axes_interleave_is_copied_right(dtype):
+    """Every other element of an NCX array (a polyphase phase of a stride-2 layer), moved
+    to NXC: its axes interleave without overlapping, a layout oneDNN cannot describe; the
+    copy still equals NumPy's (it was a OneDNNError)."""
+    full = np.random.default_rng(2).standard_normal((1, 1024, 33, 33)).astype(dtype)
+    phase = full[:, :, ::2, ::2]
+    got = permute.permuted(phase, phase.shape, (0, 2, 3, 1))
+    assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(phase.transpose(0, 2, 3, 1)).view(np.uint8))
+    assert not permute._nested((17, 17, 1024), (66, 2, 1089)) and permute._nested((17, 17, 1024), (34, 2, 578))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -98,6 +99,52 @@ def test_polyphase_matches_the_reference(op: str, code: str):
         checked += 1
     bf16_native = oc.guards.dispatch_isa() in oc.guards.BF16_NATIVE
     assert checked >= 60 or (code == "bf16" and (op == "bwd_d" or not bf16_native)), checked
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_w", "bwd_d"])
+def test_phases_run_channels_last_where_the_rules_say(op: str, code: str, monkeypatch):
+    """Each phase lowered as the rules choose for it, here channels-last wherever it can run
+    (the measured table chooses it for some stride-1 NCX problems): a phase's input is then a
+    strided view reordered to NXC, every array through the library's Reorder. Against the
+    reference (a view whose axes interleave once failed to compile)."""
+    from onednn_convt.lowering import permute
+
+    real_rule = lowering.rule
+
+    def phases_channels_last(p, native=False):
+        if base.CHANNELS_LAST in lowering.candidates(p, native=native) and not polyphase.applies(p):
+            return base.CHANNELS_LAST
+        return real_rule(p, native=native)
+
+    monkeypatch.setattr(lowering, "rule", phases_channels_last)
+    monkeypatch.setattr(permute, "MIN_ELEMS", 1)
+    rng = np.random.default_rng({"fwd": 4, "bwd_w": 5, "bwd_d": 6}[op] + (10 if code == "bf16" else 0))
+    checked = 0
+    for _ in range(200):
+        call = _random_call(rng, op, code)
+        if call is None:
+            continue
+        instance, arrays, ref, reduction = call
+        problem = instance._problem(arrays, code)
+        if not polyphase.applies(problem) or problem.data_format != "NCX":
+            continue
+        low = lowering.build(problem, base.POLYPHASE)
+        if not any(ph.lowering is not None and ph.lowering.name == base.CHANNELS_LAST for ph in low.phases):
+            continue
+        out = np.full(ref.shape, np.nan, oc.dtypes.FLOAT_DTYPES[code])
+        for given in (None, out):
+            got = instance._target().plan(low, arrays, given, code).run(arrays, given)
+            assert_close(got, ref, code, reduction, f"{op} {code} {instance}")
+        checked += 1
+    assert checked >= 10 or code == "bf16", checked
+    if op == "fwd" and code == "f32":  # and op.lowering says so
+        monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p)
+                            else phases_channels_last(p, native))
+        conv = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
+        x, w = np.ones((1, 8, 4, 4), np.float32), np.ones((8, 4, 4, 4), np.float32)
+        conv(x, w)
+        assert re.fullmatch(r"Polyphase \(4 phases, stride 1: \w+ in NXC, reordered\)", conv.lowering), conv.lowering
 
 
 def test_the_op_says_it_ran_polyphase(monkeypatch):

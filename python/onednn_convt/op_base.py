@@ -57,6 +57,7 @@ class Op:
         staged = getattr(low, "bias_stage", False)
         if isinstance(plan, PhasedPlan):  # the phases, then a BiasAdd over dst where staged
             kinds = sorted({p.lowering.kind + ("+bias (core)" if p.lowering.host_bias is not None else "")
+                            + (" in NXC, reordered" if p.lowering.name == lowering.base.CHANNELS_LAST else "")
                             for p in plan.plans if p is not None})
             text = (f"{low.kind}{'+BiasAdd' if staged and plan.bias_axis is not None else ''} "
                     f"({len(low.phases)} phases, stride 1: {', '.join(kinds) or 'the bias alone'})")
