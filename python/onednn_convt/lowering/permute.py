@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import dtypes, native, omp, shapes
+from .. import dtypes, native, omp, plan, shapes
 
 #: arrays of fewer elements are copied by NumPy (the library call's fixed cost dominates)
 MIN_ELEMS = 1 << 16
@@ -27,11 +27,16 @@ def permuted(a: np.ndarray, shape: Sequence[int], axes: Sequence[int]) -> np.nda
     code = dtypes.code_of(a.dtype)
     view = a.reshape(shape).transpose(axes)
     dims = _coalesced(view) if code is not None and a.size >= MIN_ELEMS else None
-    if dims is None or len(dims[0]) > MAX_DIMS or not _nested(*dims):  # (a 3-D layout has at most 8)
+    if dims is None or len(dims[0]) > MAX_DIMS:  # (a 3-D layout has at most 8)
         return _numpy_permuted(a, shape, axes)
     sizes, strides = dims
-    out = np.empty(view.shape, a.dtype)
     src = np.lib.stride_tricks.as_strided(view, sizes, tuple(s * a.itemsize for s in strides))
+    if not plan.nested(src):
+        # axes that interleave without overlapping, which oneDNN 3.2 cannot describe ("could
+        # not construct a memory descriptor using strides"): a polyphase phase of an NCX
+        # array moved to NXC, (17, 17, 1024) with strides (66, 2, 1089)
+        return _numpy_permuted(a, shape, axes)
+    out = np.empty(view.shape, a.dtype)
     _reorder(sizes, strides, code, omp.max_threads()).execute([src], out.reshape(sizes))
     return out
 
@@ -55,16 +60,6 @@ def _coalesced(view: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]] | No
             sizes.append(n)
             strides.append(st)
     return (tuple(sizes), tuple(strides)) if sizes else None
-
-
-def _nested(sizes: Sequence[int], strides: Sequence[int]) -> bool:
-    """Whether the library can describe this layout: taken from the smallest stride up, each
-    stride at least the one before it times that axis's size. A view of every other element
-    (a polyphase phase of an NCX array) moved to NXC interleaves its axes without overlap,
-    (17, 17, 1024) with strides (66, 2, 1089), which oneDNN 3.2 refuses to describe
-    ("could not construct a memory descriptor using strides")."""
-    order = sorted(range(len(sizes)), key=lambda i: strides[i])
-    return all(strides[b] >= strides[a] * sizes[a] for a, b in zip(order, order[1:]))
 
 
 @functools.lru_cache(maxsize=64)
