@@ -342,7 +342,8 @@ def test_class_scores_are_geometric_means_over_the_class():
 
 def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     """A models run and a tiny run of one ISA level make one table; a configuration tuned in
-    two runs of a class is refused (which one would count?)."""
+    two runs of a class is refused (which one would count?), unless --repeats merges them:
+    each candidate its higher time (a choice must hold in both), one timed once its one time."""
     def run(name, records):
         path = tmp_path / name
         path.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
@@ -358,6 +359,9 @@ def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     assert make_rules().main([models, again, "--out", str(out), "--cpu", "zen9"]) == 2
     assert "models/dcgan1/fwd/f32/NCX was tuned in another run" in capsys.readouterr().err
     assert make_rules().main([models, "--out", str(out)]) == 2  # no CPU named: refused
+    again = run("again.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 3.0, "B": 1.5, "C": 4.0})])
+    assert make_rules().main([models, again, "--repeats", "--out", str(out), "--cpu", "zen9"]) == 0
+    assert [m.ratios for m in rules_table.read(out / "zen9-avx2.json").layers] == [{"A": 1.5, "B": 1.0, "C": 2.0}]
 
 
 def test_the_default_generator(tmp_path):
