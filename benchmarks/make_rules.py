@@ -21,8 +21,9 @@ nearest measured layers ran fastest (:meth:`onednn_convt.lowering.rules_table.Ta
 class (op, dtype, data format, :func:`onednn_convt.problem.shape_class`): the library's own
 op in the native dtype (ConvTranspose, ConvTransposeBackwardData,
 ConvTransposeBackwardWeights; never "... in f32"), unless one other lowering beat it by at
-least ``--margin`` on every CPU measured that has the class, and at least ``--min-cpus``
-CPUs have it (a lowering one CPU alone measured on a class stays that CPU's: a polyphase
+least ``--margin`` on every CPU measured that has the class, took at most ``--row-limit``
+times the library op's time on each of the class's layers there (a class won on the mean
+can hold a layer where the rival is slower), and at least ``--min-cpus`` CPUs have it (a lowering one CPU alone measured on a class stays that CPU's: a polyphase
 win on Zen5 3-D layers ran 3.5x slower than the library's op on another 3-D layer of the
 same class). A candidate's score in a class
 is the geometric mean, over the class's layers, of its time over the fastest candidate
@@ -118,9 +119,25 @@ def class_scores(layers: tuple[rules_table.Measured, ...]) -> dict[rules_table.K
     return out
 
 
-def default_rules(tables: list[rules_table.Table], margin: float, min_cpus: int = 2) -> list[dict[str, Any]]:
+def class_worst(layers: tuple[rules_table.Measured, ...]) -> dict[rules_table.Key, dict[str, float]]:
+    """Per class: each candidate's largest time over the library's own op's, on one layer of
+    the class where both were timed."""
+    out: dict[rules_table.Key, dict[str, float]] = defaultdict(dict)
+    for m in layers:
+        own = m.ratios.get(LIBRARY_OP[m.op])
+        if own is None:
+            continue
+        worst = out[(m.op, m.dtype, m.data_format, m.shape_class)]
+        for n, r in m.ratios.items():
+            worst[n] = max(worst.get(n, 0.0), r / own)
+    return dict(out)
+
+
+def default_rules(tables: list[rules_table.Table], margin: float, min_cpus: int = 2,
+                  row_limit: float = 1.10) -> list[dict[str, Any]]:
     """The conservative default's rules (see the module docstring)."""
     scored = {t.name: class_scores(t.layers) for t in tables}
+    worst = {t.name: class_worst(t.layers) for t in tables}
     keys = sorted(set().union(*scored.values())) if scored else []
     out = []
     for key in keys:
@@ -131,7 +148,8 @@ def default_rules(tables: list[rules_table.Table], margin: float, min_cpus: int 
         if len(having) >= min_cpus and len(having) == sum(key in scored[t.name] for t in tables):
             rivals = set.intersection(*(set(scored[t.name][key]) for t in having)) - {own}
             winners = [n for n in sorted(rivals) if not n.endswith(" in f32")
-                       and all(scored[t.name][key][own] >= margin * scored[t.name][key][n] for t in having)]
+                       and all(scored[t.name][key][own] >= margin * scored[t.name][key][n]
+                               and worst[t.name].get(key, {}).get(n, math.inf) <= row_limit for t in having)]
             if winners:
                 choice = min(winners, key=lambda n: max(scored[t.name][key][n] for t in having))
                 why = "won by " + ", ".join(
@@ -168,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--date", default=datetime.date.today().isoformat(), help="when the runs were made")
     parser.add_argument("--default", action="store_true", help="write default.json from the tables in --out")
     parser.add_argument("--margin", type=float, default=1.10, help="--default: how much faster a rival must be")
+    parser.add_argument("--row-limit", type=float, default=1.10,
+                        help="--default: the most a rival may take over the library op's time on any measured layer")
     parser.add_argument("--min-cpus", type=int, default=2,
                         help="--default: how many CPUs must have measured a class before a rival may win it")
     args = parser.parse_args(argv)
@@ -178,10 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"format": rules_table.FORMAT, "cpu": rules_table.DEFAULT_NAME, "isa": "any",
                "date": datetime.date.today().isoformat(), "margin": args.margin, "min_cpus": args.min_cpus,
                "made_from": [t.name for t in native],
+               "row_limit": args.row_limit,
                "note": (f"the library's own op, unless another lowering won by {args.margin:.2f}x or more on "
-                        f"every CPU measured, at least {args.min_cpus} of: "
+                        f"every CPU measured and took at most {args.row_limit:.2f}x its time on every layer "
+                        f"measured, at least {args.min_cpus} CPUs of: "
                         f"{', '.join(t.provenance.get('cpu_name', t.cpu) for t in native)}"),
-               "rules": default_rules(native, args.margin, args.min_cpus)}
+               "rules": default_rules(native, args.margin, args.min_cpus, args.row_limit)}
         write(args.out / f"{rules_table.DEFAULT_NAME}.json", doc)
         print(f"wrote {args.out / 'default.json'}: {len(doc['rules'])} rules from {len(native)} tables")
         return 0
