@@ -10,18 +10,26 @@ once with ``out=``, and compares each result with the reference on the same roun
 inputs, judged against the magnitude of the summed products (the reference on the
 inputs' absolute values), so that products cancelling to a small result do not fail a
 correct one.
+
+Half the trials run every lowering choice drawn at random among the problem's candidates
+(:func:`onednn_convt.lowering.candidates`), a polyphase op's phases each by its own draw:
+a measured table may choose any candidate for any problem, a phase's stride-1 problem
+included, and a channels-last phase of an NCX view once failed where the rules had never
+chosen it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any
+import zlib
+from typing import Any, Iterator
 
 import numpy as np
 
 import onednn_convt as oc
 from harness import Failure
-from onednn_convt import accuracy, reference
+from onednn_convt import accuracy, lowering, reference
 
 NAME = "plain"
 PER_PROCESS = 25
@@ -92,8 +100,33 @@ def _weights_shape(ic: int, o: int, kernel: list[int], fmt: str) -> tuple[int, .
     return (ic, o, *kernel) if fmt == "IOX" else (*kernel, o, ic)
 
 
+@contextlib.contextmanager
+def drawn_lowerings(salt: int) -> Iterator[None]:
+    """Within the block, each problem runs a candidate drawn by ``salt`` and the problem
+    (repeatable in another process: no Python string hash)."""
+    rule = lowering.rule
+
+    def drawn(p: Any, native: bool = False) -> str:
+        names = lowering.candidates(p, native=native)
+        return names[zlib.crc32(f"{salt} {p!r} {native}".encode()) % len(names)]
+
+    lowering.rule = drawn
+    try:
+        yield
+    finally:
+        lowering.rule = rule
+
+
 def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the harness's signature
     p = draw(rng)
+    salt = int(rng.integers(1 << 30)) if rng.random() < 0.5 else None
+    if salt is None:
+        return _trial(rng, p, "")
+    with drawn_lowerings(salt):
+        return _trial(rng, p, f" (lowerings drawn, salt {salt})")
+
+
+def _trial(rng: np.random.Generator, p: dict[str, Any], drawn: str) -> str:
     attrs, code = p["attrs"], p["code"]
     dt = DTYPES[code]
     fmt, wf = attrs["data_format"], attrs["weights_format"]
@@ -103,7 +136,7 @@ def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the ha
                                   attrs.get("pads_end", [0] * len(p["kernel"])))
     dst_spatial = [s * (x - 1) + d * (k - 1) + 1 - pb - pe + op for x, k, s, d, pb, pe, op in zip(
         p["src"], p["kernel"], attrs["strides"], attrs["dilations"], pads[0], pads[1], attrs["output_padding"])]
-    what = f"{p['op']} {code} n={p['n']} ic={p['ic']} oc={p['oc']} src={p['src']} k={p['kernel']} {attrs}"
+    what = f"{p['op']} {code} n={p['n']} ic={p['ic']} oc={p['oc']} src={p['src']} k={p['kernel']} {attrs}{drawn}"
     if min(dst_spatial) < 1:
         return what + " (skipped: empty dst)"
     wshape = _weights_shape(p["ic"], p["oc"] // attrs["groups"], p["kernel"], wf)
