@@ -73,13 +73,10 @@ def _random_call(rng: np.random.Generator, op: str, code: str):
     return oc.ConvTransposeBackwardData(**attrs), [dd, w], ref, oc_ // g * int(np.prod(k))
 
 
-@pytest.mark.parametrize("code", ["f32", "bf16"])
-@pytest.mark.parametrize("op", ["fwd", "bwd_w", "bwd_d"])
-def test_polyphase_matches_the_reference(op: str, code: str):
-    """Random strided problems (1-D to 3-D, groups, pads, output_padding, kernels below
-    and above the stride), allocated and into out= (NaN-filled), against the reference."""
-    rng = np.random.default_rng({"fwd": 1, "bwd_w": 2, "bwd_d": 3}[op] + (10 if code == "bf16" else 0))
-    checked = 0
+def _polyphase_calls(seed: int, op: str, code: str):
+    """Of 200 random calls, those that polyphase can run: (op instance, arrays, reference,
+    reduction length, the polyphase lowering); polyphase is a candidate exactly there."""
+    rng = np.random.default_rng(seed + (10 if code == "bf16" else 0))
     for _ in range(200):
         call = _random_call(rng, op, code)
         if call is None:
@@ -87,9 +84,17 @@ def test_polyphase_matches_the_reference(op: str, code: str):
         instance, arrays, ref, reduction = call
         problem = instance._problem(arrays, code)
         assert (base.POLYPHASE in lowering.candidates(problem)) == polyphase.applies(problem)
-        if not polyphase.applies(problem):
-            continue
-        low = lowering.build(problem, base.POLYPHASE)
+        if polyphase.applies(problem):
+            yield instance, arrays, ref, reduction, lowering.build(problem, base.POLYPHASE)
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_w", "bwd_d"])
+def test_polyphase_matches_the_reference(op: str, code: str):
+    """Random strided problems (1-D to 3-D, groups, pads, output_padding, kernels below
+    and above the stride), allocated and into out= (NaN-filled), against the reference."""
+    checked = 0
+    for instance, arrays, ref, reduction, low in _polyphase_calls({"fwd": 1, "bwd_w": 2, "bwd_d": 3}[op], op, code):
         got = instance._target().plan(low, arrays, None, code).run(arrays, None)
         out = np.full(ref.shape, np.nan, got.dtype)
         into = instance._target().plan(low, arrays, out, code).run(arrays, out)
@@ -119,17 +124,8 @@ def test_phases_run_channels_last_where_the_rules_say(op: str, code: str, monkey
 
     monkeypatch.setattr(lowering, "rule", phases_channels_last)
     monkeypatch.setattr(permute, "MIN_ELEMS", 1)
-    rng = np.random.default_rng({"fwd": 4, "bwd_w": 5, "bwd_d": 6}[op] + (10 if code == "bf16" else 0))
     checked = 0
-    for _ in range(200):
-        call = _random_call(rng, op, code)
-        if call is None:
-            continue
-        instance, arrays, ref, reduction = call
-        problem = instance._problem(arrays, code)
-        if not polyphase.applies(problem) or problem.data_format != "NCX":
-            continue
-        low = lowering.build(problem, base.POLYPHASE)
+    for instance, arrays, ref, reduction, low in _polyphase_calls({"fwd": 4, "bwd_w": 5, "bwd_d": 6}[op], op, code):
         if not any(ph.lowering is not None and ph.lowering.name == base.CHANNELS_LAST for ph in low.phases):
             continue
         out = np.full(ref.shape, np.nan, oc.dtypes.FLOAT_DTYPES[code])
