@@ -17,7 +17,7 @@ import pytest
 from helpers import assert_close
 
 import onednn_convt as oc
-from onednn_convt import guards, lowering, reference
+from onednn_convt import lowering, reference
 from onednn_convt.lowering import base, rules, rules_table
 from onednn_convt.problem import BACKWARD_DATA, FORWARD, SHAPE_CLASSES, TINY_FLOPS, shape_class
 
