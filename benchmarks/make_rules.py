@@ -23,10 +23,10 @@ op in the native dtype (ConvTranspose, ConvTransposeBackwardData,
 ConvTransposeBackwardWeights; never "... in f32"), unless one other lowering beat it by at
 least ``--margin`` on every CPU measured that has the class, took at most ``--row-limit``
 times the library op's time on each of the class's layers there (a class won on the mean
-can hold a layer where the rival is slower), and at least ``--min-cpus`` CPUs have it (a lowering one CPU alone measured on a class stays that CPU's: a polyphase
-win on Zen5 3-D layers ran 3.5x slower than the library's op on another 3-D layer of the
-same class). A candidate's score in a class
-is the geometric mean, over the class's layers, of its time over the fastest candidate
+can hold a layer where the rival is slower), and at least ``--min-cpus`` CPUs have it (a
+lowering one CPU alone measured on a class stays that CPU's: a polyphase win on Zen5 3-D
+layers ran 3.5x slower than the library's op on another 3-D layer of the same class). A
+candidate's score in a class is the geometric mean, over the class's layers, of its time over the fastest candidate
 measured on all of them (:func:`class_scores`). Tables measured under an
 ``ONEDNN_MAX_CPU_ISA`` cap do not count: a cap changes the instructions, not the machine.
 """
