@@ -101,8 +101,6 @@ def merge_repeat(kept: dict[str, Any], again: dict[str, Any]) -> None:
     for name, t in (again.get("times_us") or {}).items():
         times[name] = max(t, times.get(name, 0.0))
     kept["times_us"] = times
-    if times:
-        kept["chosen"] = min(times, key=times.__getitem__)
 
 
 def class_scores(layers: tuple[rules_table.Measured, ...]) -> dict[rules_table.Key, dict[str, float]]:
