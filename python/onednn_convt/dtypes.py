@@ -116,9 +116,18 @@ def round_f32(result: np.ndarray, dtype: np.dtype[Any], out: np.ndarray | None =
 def all_finite(a: np.ndarray) -> bool:
     """Whether a float array holds no Inf and no NaN (fast for C-contiguous bf16 and f16)."""
     code = code_of(a.dtype)
-    if code in ("bf16", "f16") and a.flags.c_contiguous and a.flags.aligned:
-        return bool(native.all_finite(a, code))
+    if code in ("bf16", "f16"):
+        if a.flags.c_contiguous and a.flags.aligned:
+            return bool(native.all_finite(a, code))
+        # any other strides: the exponent bits, read as uint16 (NumPy's isfinite on bf16
+        # converts each element: 3.5 ms a million elements against 0.5 here)
+        exponent = _EXPONENT_BITS[code]
+        return not bool(np.any(np.bitwise_and(a.view(np.uint16), exponent) == exponent))
     return bool(np.isfinite(a).all())
+
+
+#: the exponent field of a 16-bit float: all ones in an Inf or a NaN, and only there
+_EXPONENT_BITS = {"bf16": np.uint16(0x7F80), "f16": np.uint16(0x7C00)}
 
 
 #: DLPack type (code, bits) -> NumPy dtype, for arrays taken through DLPack (interop.py).
