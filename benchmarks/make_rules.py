@@ -3,7 +3,9 @@
 Each input is the ``--json`` file of one ``onednn-convt tune --retune`` run on one CPU at one
 dispatch ISA (its ``isa`` field; the ``cpu`` field names the CPU, or give ``--cpu``). The
 runs of one CPU and ISA class are merged into one table (a configuration tuned in two of
-them is an error, unless ``--repeats``: then each candidate keeps its highest time)::
+them is an error, unless ``--repeats``: then each candidate keeps its highest time; a
+configuration tuned again after a change to the code, in ``--remeasured`` runs, drops its
+earlier records)::
 
     onednn-convt tune --suite models --skip-slow --retune --json benchmarks/results/zen5/tune_models.json
     onednn-convt tune --suite broad-fit --retune --json benchmarks/results/zen5/tune_broad_fit.json
@@ -180,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the runs were made under ONEDNN_MAX_CPU_ISA caps (kept out of the default)")
     parser.add_argument("--repeats", action="store_true",
                         help="runs may tune a configuration again: each candidate keeps its highest time")
+    parser.add_argument("--remeasured", type=Path, action="append", default=[], metavar="RUN",
+                        help="a run that tuned configurations again after a change to the code: its records "
+                             "replace those of the same configurations in the other runs (repeat for more; "
+                             "several of them merge as --repeats)")
     parser.add_argument("--note", default="", help="a sentence kept in the table's provenance")
     parser.add_argument("--date", default=datetime.date.today().isoformat(), help="when the runs were made")
     parser.add_argument("--default", action="store_true", help="write default.json from the tables in --out")
@@ -206,8 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out / 'default.json'}: {len(doc['rules'])} rules from {len(native)} tables")
         return 0
     groups: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in args.runs:
+    remeasured = {r["key"] for path in args.remeasured
+                  for r in json.loads(path.read_text(encoding="utf-8"))["records"]}
+    for path in [*args.runs, *args.remeasured]:
         run = json.loads(path.read_text(encoding="utf-8"))
+        if path not in args.remeasured:
+            run["records"] = [r for r in run["records"] if r["key"] not in remeasured]
         cls = isa_class(run["isa"])
         cpu = run.get("cpu", {}).get("microarchitecture") or args.cpu
         if cls is None or not cpu:
@@ -220,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                                                "cpu_name": run.get("cpu", {}).get("name") or args.cpu_name or cpu})
         known = {r["key"]: r for r in group["records"]}
         again = sorted(set(known).intersection(r["key"] for r in run["records"]))
-        if again and not args.repeats:
+        if again and not (args.repeats or path in args.remeasured):
             print(f"{path}: {again[0]} was tuned in another run of {cpu} at {cls} too; give each configuration "
                   "once, or merge repeated runs with --repeats", file=sys.stderr)
             return 2

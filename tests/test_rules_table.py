@@ -365,6 +365,16 @@ def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     again = run("again.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 3.0, "B": 1.5, "C": 4.0})])
     assert make_rules().main([models, again, "--repeats", "--out", str(out), "--cpu", "zen9"]) == 0
     assert [m.ratios for m in rules_table.read(out / "zen9-avx2.json").layers] == [{"A": 1.5, "B": 1.0, "C": 2.0}]
+    # runs made after a change to the code replace the earlier records of their
+    # configurations (B got faster: its old times no longer count), and merge among themselves
+    new = run("new.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 3.0, "B": 0.5})])
+    new2 = run("new2.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 2.0, "B": 1.0})])
+    assert make_rules().main([models, again, tiny, "--repeats", "--remeasured", new, "--remeasured", new2,
+                              "--out", str(out), "--cpu", "zen9"]) == 0
+    table = rules_table.read(out / "zen9-avx2.json")
+    assert [(m.layer, m.ratios) for m in table.layers] == [("models/dcgan1", {"A": 3.0, "B": 1.0}),
+                                                           ("tiny/tiny", {"A": 2.0, "B": 1.0})]
+    assert table.provenance["sources"][-2:] == [new, new2]
 
 
 def test_the_default_generator(tmp_path):
