@@ -36,7 +36,7 @@ LIBRARY_OP = {"fwd": "ConvTranspose", "bwd_d": "ConvTransposeBackwardData", "bwd
 def default_choice(key: str) -> str:
     """The lowering this process (no table: the default) runs a bench configuration as."""
     suite, layer, op, dtype, fmt = key.split("/")
-    config = next(suites.configs(suite, ops=(op,), dtypes_=(dtype,), formats=(fmt,), layer_names=(layer,)))
+    config = next(iter(suites.configs(suite, ops=(op,), dtypes_=(dtype,), formats=(fmt,), layer_names=(layer,))))
     case = config.build()
     case.op(*case.args)
     return str(case.op.last_plan.lowering.name)
