@@ -29,8 +29,8 @@ from typing import Any  # noqa: E402
 from onednn_convt.bench import suites  # noqa: E402
 from onednn_convt.lowering import rules  # noqa: E402
 
-#: each op's own library op, by the bench's op key
-LIBRARY_OP = {"fwd": "ConvTranspose", "bwd_d": "ConvTransposeBackwardData", "bwd_w": "ConvTransposeBackwardWeights"}
+#: each op's own library op (the op's name), by the bench's op key
+LIBRARY_OP = {key: name for name, key in suites.OP_ALIASES.items()}
 
 
 def default_choice(key: str) -> str:
