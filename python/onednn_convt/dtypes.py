@@ -120,7 +120,7 @@ def all_finite(a: np.ndarray) -> bool:
         if a.flags.c_contiguous and a.flags.aligned:
             return bool(native.all_finite(a, code))
         # any other strides: the exponent bits, read as uint16 (NumPy's isfinite on bf16
-        # converts each element: 3.5 ms a million elements against 0.5 here)
+        # converts each element: 3.8 ms for a strided view of a million, 1.6 ms this way)
         exponent = _EXPONENT_BITS[code]
         return not bool(np.any(np.bitwise_and(a.view(np.uint16), exponent) == exponent))
     return bool(np.isfinite(a).all())
