@@ -212,10 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out / 'default.json'}: {len(doc['rules'])} rules from {len(native)} tables")
         return 0
     groups: dict[tuple[str, str], dict[str, Any]] = {}
-    remeasured = {r["key"] for path in args.remeasured
-                  for r in json.loads(path.read_text(encoding="utf-8"))["records"]}
-    for path in [*args.runs, *args.remeasured]:
-        run = json.loads(path.read_text(encoding="utf-8"))
+    runs = [(path, json.loads(path.read_text(encoding="utf-8"))) for path in [*args.runs, *args.remeasured]]
+    remeasured = {r["key"] for path, run in runs[len(args.runs):] for r in run["records"]}
+    for path, run in runs:
         if path not in args.remeasured:
             run["records"] = [r for r in run["records"] if r["key"] not in remeasured]
         cls = isa_class(run["isa"])

@@ -10,6 +10,7 @@ import pytest
 
 import onednn_convt as oc
 from helpers import assert_close
+from test_numerics import classes
 from onednn_convt import lowering, reference
 from onednn_convt.lowering import base, polyphase
 
@@ -165,12 +166,6 @@ def test_phases_run_channels_last_where_the_rules_say(op: str, code: str, monkey
         assert re.fullmatch(r"Polyphase \(4 phases, stride 1: \w+ in NXC, reordered\)", conv.lowering), conv.lowering
 
 
-def _classes(x: np.ndarray) -> np.ndarray:
-    """Per element: 0 finite, 1 NaN, 2 +Inf, 3 -Inf."""
-    x = np.asarray(x, np.float64)
-    return np.select([np.isnan(x), np.isposinf(x), np.isneginf(x)], [1, 2, 3], 0)
-
-
 @pytest.mark.parametrize("op", ["fwd", "bwd_w"])  # BackwardData's phases run in f32 only
 def test_a_polyphase_call_checks_dst_once_and_redoes_non_finite_phases(op: str, monkeypatch):
     """A native bf16 polyphase call checks its whole result for Inf and NaN once (each
@@ -202,11 +197,11 @@ def test_a_polyphase_call_checks_dst_once_and_redoes_non_finite_phases(op: str, 
             for spot, value in zip(rng.choice(flat.size, size=min(3, flat.size), replace=False), (np.nan, np.inf, -np.inf)):
                 flat[spot] = value
         with np.errstate(invalid="ignore", over="ignore"):
-            want = _classes(refer(bad))
-            widest = want if op == "fwd" else _classes(refer(bad, widest=True))
+            want = classes(refer(bad))
+            widest = want if op == "fwd" else classes(refer(bad, widest=True))
         out = np.ones(ref.shape, arrays[0].dtype)
         for given in (None, out):
-            got = _classes(instance._target().plan(low, bad, given, "bf16").run(bad, given))
+            got = classes(instance._target().plan(low, bad, given, "bf16").run(bad, given))
             # exact where the reference is non-finite; NaN beyond it only where the backward
             # ops' zero-padded reading has it (the library's own ops do the same)
             assert ((got == want) | ((got == 1) & (want != 0)) | ((got == 1) & (widest != 0))).all(), \
