@@ -21,7 +21,7 @@ from .functional import (
     conv_transpose_backward_data,
     conv_transpose_backward_weights,
 )
-from .info import cache_info, clear_cache, info, set_cache_capacity
+from .info import cache_info, clear_cache, host_memory_info, info, set_cache_capacity
 from .legacy import ConvTransposeBackpropFilters
 from .limits import debug_fill, memory_limit, set_debug_fill, set_memory_limit
 from .native import LIBDNNL_PATH
@@ -51,6 +51,7 @@ __all__ = [
     "conv_transpose_backward_data",
     "conv_transpose_backward_weights",
     "debug_fill",
+    "host_memory_info",
     "info",
     "memory_limit",
     "reference",

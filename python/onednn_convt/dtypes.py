@@ -11,7 +11,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import native, schema
+from . import memory, native, schema
 
 #: oneDNN code -> NumPy dtype, for the float tensors of every op.
 FLOAT_DTYPES: dict[str, np.dtype[Any]] = {
@@ -88,7 +88,7 @@ def to_f32(a: np.ndarray) -> np.ndarray:
     """A C-contiguous float32 copy of a float array (fast path for bf16 and f16)."""
     code = code_of(a.dtype)
     if code in ("bf16", "f16"):
-        out = np.empty(a.shape, np.float32)
+        out = memory.empty(a.shape, np.float32)
         # aligned too: the converter reads uint16 elements (misaligned reads are UB in C++)
         flags = a.flags
         if not (flags.c_contiguous and flags.aligned):
@@ -102,7 +102,7 @@ def round_f32(result: np.ndarray, dtype: np.dtype[Any], out: np.ndarray | None =
     """``result`` (float32) rounded to nearest even in ``dtype``, written into ``out`` if given."""
     code = code_of(dtype)
     if code in ("bf16", "f16") and result.flags.c_contiguous:
-        target = np.empty(result.shape, dtype) if out is None or not out.flags.c_contiguous else out
+        target = memory.empty(result.shape, dtype) if out is None or not out.flags.c_contiguous else out
         if native.convert(result, "f32", target, code):
             if out is not None and target is not out:
                 np.copyto(out, target)

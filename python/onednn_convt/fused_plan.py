@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from . import dtypes, fusion, guards, limits, native, reference, schema, shapes
+from . import dtypes, fusion, guards, limits, memory, native, reference, schema, shapes
 from . import lowering as lowering_rules
 from .errors import OneDNNError, UnsupportedError
 from .fusion import F32, SLOW_STRIDE_1_EPILOGUE, Core, Fusion, graph_nodes, make_core, staged_core, tiles_core
@@ -84,7 +84,7 @@ class FusedPlan:
                 if i not in self.compiled.inplace_inputs:
                     args[i] = args[i].copy()
         else:
-            result = np.empty(shape, compute)
+            result = memory.empty(shape, compute)
         self.compiled.execute(args, result if self.library_shape is None else result.reshape(self.library_shape))
         if self.finite_guard:  # a non-finite native bf16/f16 result: the same graph in f32
             checked = finite_or_redone(result, self, lambda: make_plan(self.op, arrays, None, force_f32=True),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from . import guards, shapes
+from . import guards, memory, shapes
 from .lowering import base as lowerings
 from .lowering import matmul_tiles
 from .post_ops import Dequantize, PostOp, Quantize, as_post_ops
@@ -160,7 +160,7 @@ def staged_core(op: ConvTranspose, problem: Problem, plain_rule: str,
     def run_plain(args: list[np.ndarray]) -> list[np.ndarray]:
         """(src, weights[, bias], operands...) -> (the op's result without its bias, dense as
         the graph takes it[, bias], operands...)"""
-        result = np.empty(problem.out_shape, args[0].dtype)
+        result = memory.empty(problem.out_shape, args[0].dtype)
         plain(args[0], args[1], out=result)
         return [result] + args[2:]
 

@@ -62,7 +62,8 @@ def info() -> dict[str, Any]:
     (``ONEDNN_MAX_CPU_ISA`` honoured), threads, dtype support, the guards active on that ISA
     (:mod:`onednn_convt.guards`), which measured rules pick the lowerings
     (:func:`onednn_convt.lowering.rules.report`), whether autotuning is on and where its choices are
-    kept (:mod:`onednn_convt.lowering.autotune`) and the compile cache counters."""
+    kept (:mod:`onednn_convt.lowering.autotune`), the compile cache counters and the
+    library's kept temporary memory (:func:`host_memory_info`)."""
     from ._version import __version__
 
     v = native.version()
@@ -80,12 +81,22 @@ def info() -> dict[str, Any]:
         "rules": rules.report(),
         "autotune": {"enabled": autotune.enabled(), "cache_file": str(tuning_cache.path())},
         "cache": cache_info(),
+        "host_memory": host_memory_info(),
     }
 
 
 def cache_info() -> dict[str, int]:
     """Compiled-partition cache counters: hits, misses, size, capacity."""
     return dict(native.cache_info())
+
+
+def host_memory_info() -> dict[str, int]:
+    """The large temporary blocks oneDNN takes at each execution (a partition's internal
+    reorders and scratchpad, 1 MiB and more): ``kept_bytes`` and ``kept_blocks`` freed by the
+    library and kept for its next execution (at most 256 MiB), ``reused`` and ``allocated``
+    (requests served from kept blocks, and from new memory). Kept blocks spare each call
+    the page faults of fresh memory; :func:`clear_cache` frees them."""
+    return dict(native.host_memory_info())
 
 
 def set_cache_capacity(capacity: int) -> None:
@@ -109,8 +120,10 @@ def set_cache_capacity(capacity: int) -> None:
 def clear_cache() -> None:
     """Drop every cached compiled partition (ours and oneDNN's own) and reset the counters,
     and free the f32 staging memory the calling thread keeps for emulated bf16/f16 calls
-    (other threads free theirs when they end)."""
+    (other threads free theirs when they end) and the library's kept temporary blocks
+    (:func:`host_memory_info`)."""
     native.clear_cache()
+    native.release_host_memory()
     native.clear_staging()
     native.clear_library_caches()
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from . import dtypes, limits, native, omp, shapes
+from . import dtypes, limits, memory, native, omp, shapes
 from .errors import UnsupportedError
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class Plan:
         fill = limits.debug_fill()  # debug mode: outputs start as NaN, so unwritten elements show
         if self.direct:
             if out is None:
-                out = limits.nan_filled(low.out_shape, self.dtype) if fill else np.empty(low.out_shape, self.dtype)
+                out = limits.nan_filled(low.out_shape, self.dtype) if fill else memory.empty(low.out_shape, self.dtype)
             elif fill:
                 out[...] = np.nan
             target = _reshaped(out, low.library_shape) if low.library_shape else out
@@ -100,7 +100,7 @@ class Plan:
                 return self._guarded(out, arrays, out) if guarded else out
         compute = np.dtype(np.float32) if self.emulated else self.dtype
         shape = low.library_out_shape
-        result = limits.nan_filled(shape, compute) if fill else np.empty(shape, compute)
+        result = limits.nan_filled(shape, compute) if fill else memory.empty(shape, compute)
         if fill and out is not None:
             out[...] = np.nan
         self.compiled.execute(args, result)
@@ -171,7 +171,7 @@ class PhasedPlan:
         return result
 
     def _run_phases(self, arrays: Sequence[Any], out: Optional[np.ndarray], guarded: bool) -> np.ndarray:
-        result = np.empty(self.lowering.out_shape, self.dtype) if out is None else out
+        result = memory.empty(self.lowering.out_shape, self.dtype) if out is None else out
         bias = arrays[2] if self.bias_axis is not None else None
         after = bias is not None and self.lowering.bias_stage
         for phase, plan in zip(self.lowering.phases, self.plans):
@@ -339,7 +339,7 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
                 limits.check_library_range(target.op_name, phase.lowering, args)
         _check_addressable(target, lowering)
         limits.check_memory(target.op_name, lowering, arrays, None, dtype, emulated=False)  # the result
-    result = out if out is not None else np.empty(lowering.out_shape, dtype)
+    result = out if out is not None else memory.empty(lowering.out_shape, dtype)
     plans: list[Optional[Plan]] = []
     for phase, args in zip(lowering.phases, phase_args):
         if phase.lowering is None or args is None:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiled_op.hpp"
+#include "host_memory.hpp"
 
 namespace onednn_convt {
 
@@ -20,6 +21,19 @@ namespace py = pybind11;
 inline size_t itemsize_of(const std::string &dtype) {
     if (dtype == "u8" || dtype == "s8") return 1;
     return (dtype == "bf16" || dtype == "f16") ? 2 : 4;
+}
+
+// A new C-ordered array: from host_memory's kept blocks from kKeptFrom bytes (returned there
+// when NumPy frees it), so that a large result or intermediate takes memory that is already
+// mapped rather than fresh pages; smaller ones from NumPy.
+inline py::array host_array(const py::dtype &dtype, const std::vector<py::ssize_t> &shape) {
+    size_t bytes = static_cast<size_t>(dtype.itemsize());
+    for (py::ssize_t n : shape) bytes *= static_cast<size_t>(n);
+    if (bytes < kKeptFrom) return py::array(dtype, shape);
+    void *block = host_allocate(bytes, 64);
+    if (block == nullptr) throw std::bad_alloc();
+    py::capsule owner(block, [](void *p) { host_deallocate(p); });
+    return py::array(dtype, shape, block, owner);
 }
 
 // A compiled op as Python holds it: runs on arrays checked against its compiled layout.

@@ -1,4 +1,5 @@
 #include "compiled_op.hpp"
+#include "host_memory.hpp"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -55,7 +56,9 @@ ForkGate::~ForkGate() {
 }
 
 dnnl::engine &cpu_engine() {
-    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    // the library's temporary memory comes from host_memory.hpp (large blocks kept between runs)
+    static const dg::allocator allocator(host_allocate, host_deallocate);
+    static dnnl::engine engine = dg::make_engine_with_allocator(dnnl::engine::kind::cpu, 0, allocator);
     return engine;
 }
 
@@ -600,13 +603,20 @@ std::atomic<uint64_t> next_op_id{1};
 // is inside the library through this binding (ForkGate: compiles, runs, kernel
 // destruction, the partition cache); and the child starts with fresh locks of ours. (The
 // child of a fork taken while another thread compiled hung: fuzz/fork.py.)
-void before_fork() { fork_gate().lock(); }
-void after_fork_in_parent() { fork_gate().unlock(); }
+void before_fork() {
+    fork_gate().lock();
+    host_memory_before_fork();  // a leaf lock: no thread holding it waits at the gate
+}
+void after_fork_in_parent() {
+    host_memory_after_fork_in_parent();
+    fork_gate().unlock();
+}
 void after_fork_in_child() {
     new (&fork_gate()) std::shared_mutex;
     for (auto &m : execution_locks) new (&m) std::mutex;
     new (&teardown_mutex()) std::mutex;
     new (&graveyard().mutex) std::mutex;
+    host_memory_after_fork_in_child();
 }
 [[maybe_unused]] const int atfork_registered = pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 

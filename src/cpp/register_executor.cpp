@@ -99,7 +99,7 @@ struct Executor {
         py::array result;
         if (out.is_none()) {
             if (!dense_output) throw SignatureMismatch();
-            result = py::array(output_dtype, spec.output.shape);
+            result = host_array(output_dtype, {spec.output.shape.begin(), spec.output.shape.end()});
         } else {
             if (!matches(out, output_dtype, spec.output)) throw SignatureMismatch();
             result = py::reinterpret_borrow<py::array>(out);

@@ -10,6 +10,7 @@
 #include "bindings.hpp"
 #include "convert.hpp"
 #include "dlpack.hpp"
+#include "host_memory.hpp"
 #include "partition_cache.hpp"
 #include "staging.hpp"
 
@@ -44,6 +45,20 @@ void register_utilities(py::module_ &m) {
         d["capacity"] = i.capacity;
         return d;
     });
+    m.def("host_memory_info", [] {
+        auto i = host_memory_info();
+        py::dict d;
+        d["kept_bytes"] = i.kept_bytes;
+        d["kept_blocks"] = i.kept_blocks;
+        d["reused"] = i.reused;
+        d["allocated"] = i.allocated;
+        return d;
+    }, "The library's large temporary blocks: bytes and blocks kept for reuse, requests reused and newly allocated.");
+    m.def("host_empty", [](const py::object &dtype, const std::vector<py::ssize_t> &shape) {
+        return host_array(py::dtype::from_args(dtype), shape);
+    }, py::arg("dtype"), py::arg("shape"),
+          "A new C-ordered array, from the kept blocks when it takes 1 MiB or more (see host_memory_info).");
+    m.def("release_host_memory", &release_host_memory, "Free the large temporary blocks kept for reuse.");
     m.def("set_cache_capacity", [](size_t n) { global_cache().set_capacity(n); }, py::arg("capacity"));
     m.def("clear_cache", [] { global_cache().clear(); });
 

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import dtypes, shapes
+from .. import dtypes, memory, shapes
 
 #: the smallest problem (multiply-adds) that takes this lowering
 MIN_MACS = 1 << 22
@@ -78,7 +78,7 @@ def backward_weights(
 
     def frames_of(dd: np.ndarray) -> np.ndarray:
         """(N, X..., K..., OC), a read-only view of a zero-padded (N, Y'..., OC) copy."""
-        full = np.zeros((n, *padded, oc), dd.dtype)
+        full = memory.zeros((n, *padded, oc), dd.dtype)
         full[(slice(None), *inner, slice(None))] = np.moveaxis(dd, 1, -1) if ncx else dd
         st = full.strides
         view_strides = (

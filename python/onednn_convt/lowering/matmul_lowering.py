@@ -35,6 +35,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import memory
+
 #: the smallest kernel for which ConvTranspose runs as MatMul + overlap-add
 MIN_KERNEL = 128
 
@@ -101,12 +103,12 @@ def conv_transpose(
         blocks = cols.astype(np.float32, copy=False).reshape(n, length, oc, r, stride)
         if padded != kernel:  # the zero taps give 0 * Inf = NaN for non-finite src: not real taps
             blocks[:, :, :, r - 1, kernel - (r - 1) * stride :] = 0
-        full = np.zeros((n, length + r - 1, stride, oc), np.float32)
+        full = memory.zeros((n, length + r - 1, stride, oc), np.float32)
         with np.errstate(invalid="ignore", over="ignore"):  # Inf/NaN data: no warnings, as natively
             for q in range(r):
                 full[:, q : q + length] += blocks[:, :, :, q, :].transpose(0, 1, 3, 2)
         rows = full.reshape(n, (length + r - 1) * stride, oc)
-        dst = np.zeros((n, dst_size, oc), np.float32)
+        dst = memory.zeros((n, dst_size, oc), np.float32)
         take = max(0, min(dst_size, rows.shape[1] - pad_begin))
         dst[:, :take] = rows[:, pad_begin : pad_begin + take]
         bias = arrays[2] if len(arrays) > 2 else None
@@ -146,7 +148,7 @@ def conv_transpose_backward_data(
     def frames_of(dd: np.ndarray) -> np.ndarray:
         """(N, L, OC, k): frame i holds full[s*i : s*i + k] of the zero-padded diff_dst."""
         rows = dd.transpose(0, 2, 1) if ncx else dd  # (N, length, OC), a view
-        full = np.zeros((n, extent, oc), dd.dtype)
+        full = memory.zeros((n, extent, oc), dd.dtype)
         take = max(0, min(length, extent - pad_begin))
         full[:, pad_begin : pad_begin + take] = rows[:, :take]
         windows = np.lib.stride_tricks.sliding_window_view(full, kernel, axis=1)  # (N, ., OC, k)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import dtypes, native, omp, plan, shapes
+from .. import dtypes, memory, native, omp, plan, shapes
 
 #: arrays of fewer elements are copied by NumPy (the library call's fixed cost dominates)
 MIN_ELEMS = 1 << 16
@@ -36,7 +36,7 @@ def permuted(a: np.ndarray, shape: Sequence[int], axes: Sequence[int]) -> np.nda
         # not construct a memory descriptor using strides"): a polyphase phase of an NCX
         # array moved to NXC, (17, 17, 1024) with strides (66, 2, 1089)
         return _numpy_permuted(a, shape, axes)
-    out = np.empty(view.shape, a.dtype)
+    out = memory.empty(view.shape, a.dtype)
     _reorder(sizes, strides, code, omp.max_threads()).execute([src], out.reshape(sizes))
     return out
 
@@ -82,6 +82,6 @@ def _numpy_permuted(a: np.ndarray, shape: Sequence[int], axes: Sequence[int]) ->
         src, axes = src.view(f"u{width}")[..., 0], axes[:-1]
     else:
         width = size
-    out = np.empty(target[: len(axes)], f"u{width}")
+    out = memory.empty(target[: len(axes)], f"u{width}")
     np.copyto(out.transpose(np.argsort(axes)), src)
     return out.view(f"u{size}").reshape(target).view(a.dtype)

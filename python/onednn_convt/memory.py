@@ -1,0 +1,39 @@
+"""New arrays the package allocates (results, reordered copies, a call's intermediates):
+from 1 MiB, from the native core's kept blocks rather than from NumPy.
+
+A large array from ``malloc`` is fresh pages on every call: one page fault and one zeroed
+4 KiB page at a time, a tax of up to half the call on memory-bound work (a reorder). The
+core keeps the large blocks that oneDNN's temporary buffers and these arrays free, up to
+256 MiB, and hands them out again (:func:`onednn_convt.host_memory_info`;
+:func:`onednn_convt.clear_cache` frees them). An array keeps its block until NumPy frees
+it, like any array; smaller arrays come from NumPy as before.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import native
+
+#: the smallest array taken from the kept blocks, in bytes (kKeptFrom in host_memory.hpp)
+KEPT_FROM = 1 << 20
+
+
+def empty(shape: Sequence[int] | int, dtype: Any) -> np.ndarray:
+    """A new C-ordered array, contents undefined (as :func:`numpy.empty`)."""
+    dims = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    dt = np.dtype(dtype)
+    if math.prod(dims) * dt.itemsize < KEPT_FROM:
+        return np.empty(dims, dt)
+    array: np.ndarray = native.host_empty(dt, list(dims))
+    return array
+
+
+def zeros(shape: Sequence[int] | int, dtype: Any) -> np.ndarray:
+    """A new C-ordered array of zeros (as :func:`numpy.zeros`)."""
+    array = empty(shape, dtype)
+    array.fill(0)
+    return array
