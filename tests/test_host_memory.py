@@ -13,8 +13,9 @@ import textwrap
 
 import numpy as np
 import onednn_convt as oc
+import pytest
 from helpers import assert_close
-from onednn_convt import memory, reference
+from onednn_convt import limits, memory, reference
 
 MB = 2**20
 #: the bound in host_memory.hpp (kKeptBytes)
@@ -77,6 +78,23 @@ def test_kept_memory_is_bounded_and_clear_cache_frees_it():
     assert oc.host_memory_info()["kept_bytes"] == 0
     assert oc.host_memory_info()["kept_blocks"] == 0
     assert oc.info()["host_memory"]["kept_bytes"] == 0
+
+
+def test_kept_blocks_go_back_before_a_memory_error(monkeypatch):
+    """Near the memory limit the kept blocks go back to the system before a call is refused.
+    The system's free memory is simulated: 32 MiB less what this process keeps, 64 MiB."""
+    monkeypatch.setattr(limits, "_limit", None)
+    monkeypatch.setattr(limits, "available_memory", lambda: 0)
+    oc.clear_cache()
+    op = oc.ConvTranspose(**ATTRS)
+    x, w = inputs(11)
+    with pytest.raises(MemoryError, match="memory available now"):
+        op(x, w)
+    blocks = [memory.empty((8 * MB,), np.uint8) for _ in range(8)]
+    del blocks
+    assert oc.host_memory_info()["kept_bytes"] >= 64 * MB
+    monkeypatch.setattr(limits, "available_memory", lambda: 32 * MB - oc.host_memory_info()["kept_bytes"])
+    assert_close(op(x, w), reference.conv_transpose(x, w, **ATTRS), "f32", 64 * 4)
 
 
 def test_results_outlive_clear_cache():

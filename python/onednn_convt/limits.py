@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import shapes
+from . import native, shapes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering.base import Lowering
@@ -278,6 +278,10 @@ def check_memory(
         limit, source = available_memory(), "the memory available now"  # type: ignore[assignment]
         if limit is None:
             return
+    if total > limit and _limit is None and native.host_memory_info()["kept_bytes"]:
+        # blocks kept for reuse (onednn_convt.host_memory_info) go back to the system first
+        native.release_host_memory()
+        limit = available_memory() or limit
     if total > limit:
         detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
         msg = (

@@ -1,5 +1,6 @@
 #include "host_memory.hpp"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -116,6 +117,9 @@ void release_host_memory() {
         m.kept_bytes = 0;
     }
     for (const Block &b : kept) std::free(b.data);
+#ifdef __GLIBC__
+    if (!kept.empty()) malloc_trim(0);  // the blocks malloc kept in its heap go back to the system too
+#endif
 }
 
 void host_memory_before_fork() { state().mutex.lock(); }

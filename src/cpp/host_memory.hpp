@@ -29,7 +29,7 @@ struct HostMemoryInfo {
     size_t allocated;    // large requests that took new memory
 };
 HostMemoryInfo host_memory_info();
-// Returns every kept block to the C library (blocks the library still holds stay).
+// Returns every kept block to the system (blocks still lent stay).
 void release_host_memory();
 // Fork: the lock is taken before (after the binding's fork gate) and released after, in
 // both processes, so that the child never inherits it held.
