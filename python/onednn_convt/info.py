@@ -91,11 +91,12 @@ def cache_info() -> dict[str, int]:
 
 
 def host_memory_info() -> dict[str, int]:
-    """The large temporary blocks oneDNN takes at each execution (a partition's internal
-    reorders and scratchpad, 1 MiB and more): ``kept_bytes`` and ``kept_blocks`` freed by the
-    library and kept for its next execution (at most 256 MiB), ``reused`` and ``allocated``
-    (requests served from kept blocks, and from new memory). Kept blocks spare each call
-    the page faults of fresh memory; :func:`clear_cache` frees them."""
+    """The large blocks (1 MiB and more) of the temporary memory oneDNN takes at each
+    execution (a partition's internal reorders and scratchpad) and of the arrays this
+    package allocates (results, intermediates): ``kept_bytes`` and ``kept_blocks`` freed and
+    kept for the next request (at most 256 MiB), ``reused`` and ``allocated`` (requests
+    served from kept blocks, and from new memory). Kept blocks spare each call the page
+    faults of fresh memory; :func:`clear_cache` frees them."""
     return dict(native.host_memory_info())
 
 

@@ -18,8 +18,10 @@ import numpy as np
 
 from . import native
 
-#: the smallest array taken from the kept blocks, in bytes (kKeptFrom in host_memory.hpp)
-KEPT_FROM = 1 << 20
+#: the smallest array taken from the kept blocks, in bytes (1 MiB; host_memory.hpp)
+KEPT_FROM = native.host_kept_from
+#: the most bytes kept for reuse at once (256 MiB)
+KEPT_BYTES = native.host_kept_bytes
 
 
 def empty(shape: Sequence[int] | int, dtype: Any) -> np.ndarray:

@@ -58,6 +58,8 @@ void register_utilities(py::module_ &m) {
         return host_array(py::dtype::from_args(dtype), shape);
     }, py::arg("dtype"), py::arg("shape"),
           "A new C-ordered array, from the kept blocks when it takes 1 MiB or more (see host_memory_info).");
+    m.attr("host_kept_from") = kKeptFrom;
+    m.attr("host_kept_bytes") = kKeptBytes;
     m.def("release_host_memory", &release_host_memory, "Free the large temporary blocks kept for reuse.");
     m.def("set_cache_capacity", [](size_t n) { global_cache().set_capacity(n); }, py::arg("capacity"));
     m.def("clear_cache", [] { global_cache().clear(); });
