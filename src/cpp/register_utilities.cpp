@@ -3,7 +3,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -15,6 +17,14 @@
 #include "staging.hpp"
 
 namespace onednn_convt {
+
+namespace {
+py::dict counters(std::initializer_list<std::pair<const char *, size_t>> items) {
+    py::dict d;
+    for (const auto &[name, value] : items) d[name] = value;
+    return d;
+}
+}  // namespace
 
 void register_utilities(py::module_ &m) {
     m.def(
@@ -38,21 +48,12 @@ void register_utilities(py::module_ &m) {
 
     m.def("cache_info", [] {
         auto i = global_cache().info();
-        py::dict d;
-        d["hits"] = i.hits;
-        d["misses"] = i.misses;
-        d["size"] = i.size;
-        d["capacity"] = i.capacity;
-        return d;
+        return counters({{"hits", i.hits}, {"misses", i.misses}, {"size", i.size}, {"capacity", i.capacity}});
     });
     m.def("host_memory_info", [] {
         auto i = host_memory_info();
-        py::dict d;
-        d["kept_bytes"] = i.kept_bytes;
-        d["kept_blocks"] = i.kept_blocks;
-        d["reused"] = i.reused;
-        d["allocated"] = i.allocated;
-        return d;
+        return counters({{"kept_bytes", i.kept_bytes}, {"kept_blocks", i.kept_blocks},
+                         {"reused", i.reused}, {"allocated", i.allocated}});
     }, "The library's large temporary blocks: bytes and blocks kept for reuse, requests reused and newly allocated.");
     m.def("host_empty", [](const py::object &dtype, const std::vector<py::ssize_t> &shape) {
         return host_array(py::dtype::from_args(dtype), shape);
