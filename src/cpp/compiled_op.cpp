@@ -3,7 +3,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -823,8 +822,6 @@ bool overlaps(const void *a, size_t a_size, const void *b, size_t b_size) {
 
 // Bytes of stage results a thread keeps between runs (per buffer) rather than freeing.
 constexpr size_t kKeptScratch = size_t{64} << 20;
-// From this size a scratch buffer is aligned to (and offered) transparent huge pages.
-constexpr size_t kHugePage = size_t{2} << 20;
 
 ScratchBuffer::ScratchBuffer(ScratchBuffer &&other) noexcept : data_(other.data_), capacity_(other.capacity_) {
     other.data_ = nullptr;
@@ -850,9 +847,8 @@ void *ScratchBuffer::reserve(size_t bytes) {
     // aligned_alloc takes a multiple of the alignment; an empty result still gets memory
     // (a valid address for the library, as the std::vector this replaced gave)
     const size_t size = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
-    void *p = std::aligned_alloc(align, size);
+    void *p = aligned_block(align, size);  // from kHugePage bytes, aligned to (and offered) huge pages
     if (p == nullptr) throw std::bad_alloc();
-    if (align == kHugePage) madvise(p, size, MADV_HUGEPAGE);  // a hint: its failure is harmless
     std::free(data_);
     data_ = p;
     capacity_ = size;

@@ -14,8 +14,6 @@ namespace onednn_convt {
 
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
 struct Block {
     void *data;
     size_t capacity;
@@ -40,6 +38,12 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
+void *aligned_block(size_t alignment, size_t size) {
+    void *p = std::aligned_alloc(alignment, size);
+    if (p != nullptr && alignment == kHugePage) madvise(p, size, MADV_HUGEPAGE);
+    return p;
+}
+
 void *host_allocate(size_t size, size_t alignment) {
     alignment = std::max<size_t>(alignment, alignof(std::max_align_t));
     if (size < kKeptFrom) return std::aligned_alloc(alignment, round_up(std::max<size_t>(size, 1), alignment));
@@ -63,12 +67,11 @@ void *host_allocate(size_t size, size_t alignment) {
             return b.data;
         }
     }
-    const Block b{nullptr, capacity, std::max(alignment, huge ? kHugePage : size_t{4096})};
-    void *p = std::aligned_alloc(b.alignment, capacity);
+    const size_t align = std::max(alignment, huge ? kHugePage : size_t{4096});
+    void *p = aligned_block(align, capacity);
     if (p == nullptr) return nullptr;  // the library reports its out-of-memory status
-    if (huge) madvise(p, capacity, MADV_HUGEPAGE);  // a hint: its failure is harmless
     std::lock_guard<std::mutex> lock(m.mutex);
-    m.lent.emplace(p, Block{p, b.capacity, b.alignment});
+    m.lent.emplace(p, Block{p, capacity, align});
     ++m.allocated;
     return p;
 }

@@ -37,6 +37,13 @@ void host_memory_before_fork();
 void host_memory_after_fork_in_parent();
 void host_memory_after_fork_in_child();
 
+// `size` bytes (a multiple of `alignment`) from the C library; where `alignment` is
+// kHugePage, offered transparent huge pages (madvise: a hint, its failure harmless), so
+// that a large fresh block costs a few page faults rather than one per 4 KiB. nullptr if
+// there is no memory. Freed with std::free.
+constexpr size_t kHugePage = size_t{2} << 20;
+void *aligned_block(size_t alignment, size_t size);
+
 constexpr size_t kKeptFrom = size_t{1} << 20;
 constexpr size_t kKeptBytes = size_t{256} << 20;
 
