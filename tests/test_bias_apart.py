@@ -137,7 +137,10 @@ def test_polyphase_bias_in_the_phases_or_after_them(code, large, data_format, gr
     x = rng.standard_normal((2, 4, 5, 4) if data_format == "NCX" else (2, 5, 4, 4)).astype(dt)
     w = rng.standard_normal((4, oc_ // groups, 3, 3)).astype(dt)
     longer = rng.standard_normal(2 * oc_).astype(dt)
-    for b in (longer[::2], longer[:oc_][::-1]):
+    misaligned = np.zeros(oc_ * np.dtype(dt).itemsize + 1, np.uint8)[1:].view(dt)  # contiguous, one byte off
+    misaligned[...] = longer[:oc_]
+    assert not misaligned.flags.aligned
+    for b in (longer[::2], longer[:oc_][::-1], misaligned):
         op = oc.ConvTranspose(**attrs)
         _check(op, attrs, x, w, b, code, 4 // groups)
         text = op.lowering or ""

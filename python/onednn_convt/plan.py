@@ -193,7 +193,7 @@ class PhasedPlan:
                 np.copyto(view, plan.run(args, None, guarded))
         if after:
             if self.bias_add is not None and result.flags.c_contiguous:
-                self.bias_add.execute([result, np.ascontiguousarray(bias)], result)  # in place: elementwise
+                self.bias_add.execute([result, _aligned_copy(bias)], result)  # in place: elementwise
             else:  # an out= of other strides, or no kernel in this dtype: in f32, rounded
                 added = np.asarray(result, np.float32) + np.reshape(np.asarray(bias, np.float32),
                                                                     self._bias_shape(result))
