@@ -191,7 +191,7 @@ class PhasedPlan:
                 plan.run(args, view, guarded)
             else:  # oneDNN refuses strides that do not nest (a weights phase): written here
                 np.copyto(view, plan.run(args, None, guarded))
-        if after:
+        if after and bias is not None:
             if self.bias_add is not None and result.flags.c_contiguous:
                 self.bias_add.execute([result, _aligned_copy(bias)], result)  # in place: elementwise
             else:  # an out= of other strides, or no kernel in this dtype: in f32, rounded
