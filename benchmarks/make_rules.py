@@ -3,7 +3,8 @@
 Each input is the ``--json`` file of one ``onednn-convt tune --retune`` run on one CPU at one
 dispatch ISA (its ``isa`` field; the ``cpu`` field names the CPU, or give ``--cpu``). The
 runs of one CPU and ISA class are merged into one table (a configuration tuned in two of
-them is an error, unless ``--repeats``: then each candidate keeps its highest time; a
+them is an error, unless ``--repeats``: then each candidate keeps its upper median time
+over the runs, the higher of two, the middle of three; a
 configuration tuned again after a change to the code, in ``--remeasured`` runs, drops its
 earlier records)::
 
@@ -92,17 +93,25 @@ def measured_layers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def merge_repeat(kept: dict[str, Any], again: dict[str, Any]) -> None:
-    """Merge a repeated tuning of one configuration into ``kept``: each candidate keeps its
-    higher time of the two, so that a choice must be fast in both runs; a candidate timed
-    once keeps that time. On an AMD Zen5 KVM guest some kernels run in two speeds from one
-    process to another, minutes apart, while others beside them hold theirs (HiFi-GAN's k4
-    s2 1-D NCX ConvTranspose, f32: 5.8 and 15.1 ms; the ConvolutionBackwardData of the same
-    call 6.0 and 6.2 ms): a table keeping the faster time chose it, and it ran at 0.41x
-    PyTorch in the bench."""
-    times = dict(kept.get("times_us") or {})
+    """Merge a repeated tuning of one configuration into ``kept``: each candidate keeps the
+    upper median of its times over the runs (:func:`upper_median`; a candidate timed once,
+    that time). With two runs that is the higher time, so that a choice must be fast in both:
+    on an AMD Zen5 KVM guest some kernels run in two speeds from one process to another,
+    minutes apart, while others beside them hold theirs (HiFi-GAN's k4 s2 1-D NCX
+    ConvTranspose, f32: 5.8 and 15.1 ms; the ConvolutionBackwardData of the same call 6.0 and
+    6.2 ms): a table keeping the faster time chose it, and it ran at 0.41x PyTorch in the
+    bench. With three, one run's stall no longer decides either way: on an AMD Zen4 one tuning
+    pass timed the 32-group k4 s2 bf16 NXC ConvTranspose at 30.3 ms, four other processes at
+    0.97-1.21 ms, and the table kept it as the slowest candidate."""
+    runs = kept.setdefault("runs_us", {n: [t] for n, t in (kept.get("times_us") or {}).items()})
     for name, t in (again.get("times_us") or {}).items():
-        times[name] = max(t, times.get(name, 0.0))
-    kept["times_us"] = times
+        runs.setdefault(name, []).append(t)
+    kept["times_us"] = {n: upper_median(ts) for n, ts in runs.items()}
+
+
+def upper_median(values: list[float]) -> float:
+    """The median of ``values``, the higher middle one of an even count."""
+    return sorted(values)[len(values) // 2]
 
 
 def class_scores(layers: tuple[rules_table.Measured, ...]) -> dict[rules_table.Key, dict[str, float]]:
@@ -181,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capped", action="store_true",
                         help="the runs were made under ONEDNN_MAX_CPU_ISA caps (kept out of the default)")
     parser.add_argument("--repeats", action="store_true",
-                        help="runs may tune a configuration again: each candidate keeps its highest time")
+                        help="runs may tune a configuration again: each candidate keeps its upper median "
+                             "time over them (of two, the higher)")
     parser.add_argument("--remeasured", type=Path, action="append", default=[], metavar="RUN",
                         help="a run that tuned configurations again after a change to the code: its records "
                              "replace those of the same configurations in the other runs (repeat for more; "
