@@ -346,7 +346,8 @@ def test_class_scores_are_geometric_means_over_the_class():
 def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     """A models run and a tiny run of one ISA level make one table; a configuration tuned in
     two runs of a class is refused (which one would count?), unless --repeats merges them:
-    each candidate its higher time (a choice must hold in both), one timed once its one time."""
+    each candidate its higher time of two (a choice must hold in both), its middle time of
+    three (one run's stall does not decide), one timed once its one time."""
     def run(name, records):
         path = tmp_path / name
         path.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
@@ -365,6 +366,9 @@ def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     again = run("again.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 3.0, "B": 1.5, "C": 4.0})])
     assert make_rules().main([models, again, "--repeats", "--out", str(out), "--cpu", "zen9"]) == 0
     assert [m.ratios for m in rules_table.read(out / "zen9-avx2.json").layers] == [{"A": 1.5, "B": 1.0, "C": 2.0}]
+    third = run("third.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 1.0, "B": 1.0})])
+    assert make_rules().main([models, again, third, "--repeats", "--out", str(out), "--cpu", "zen9"]) == 0
+    assert [m.ratios for m in rules_table.read(out / "zen9-avx2.json").layers] == [{"A": 1.0, "B": 1.5, "C": 4.0}]
     # runs made after a change to the code replace the earlier records of their
     # configurations (B got faster: its old times no longer count), and merge among themselves
     new = run("new.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 3.0, "B": 0.5})])
@@ -415,3 +419,27 @@ def test_the_default_keeps_the_library_op_where_a_rival_lost_one_layer(tmp_path)
     assert rules_table.read(tmp_path / "default.json").entries == {key: "ConvTranspose"}
     assert make_rules().main(["--default", "--out", str(tmp_path), "--row-limit", "1.2"]) == 0
     assert rules_table.read(tmp_path / "default.json").entries == {key: "X"}
+
+
+def test_rules_cv_scores_choices_made_without_the_layer(tmp_path):
+    """benchmarks/rules_cv.py: each fit configuration is chosen by the other layers (leave one
+    out), each holdout one by the fit, and scored by the chosen candidate's time over the
+    fastest's on the configuration itself; a configuration tuned twice keeps the upper median."""
+    def run(name, records):
+        path = tmp_path / name
+        path.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2", "isa": "avx2",
+                                    "records": records}))
+        return str(path)
+
+    fit = run("fit.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 1.0, "B": 3.0}),
+                           _record("fwd", "f32", "NCX", "dcgan2", {"A": 2.0, "B": 1.0})])
+    again = run("again.json", [_record("fwd", "f32", "NCX", "dcgan2", {"A": 1.0, "B": 1.5})])
+    held = run("held.json", [_record("fwd", "f32", "NCX", "tiny", {"A": 4.0, "B": 1.0}, suite="tiny")])
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rules_cv.py"), fit, again, "--holdout", held],
+                         capture_output=True, text=True, check=True).stdout
+    # dcgan2 merged: A 2.0 and 1.0 -> 2.0, B 1.0 and 1.5 -> 1.5: B fastest (A 1.33x). Left out,
+    # dcgan1 is chosen by dcgan2 (B: 3x its fastest), dcgan2 by dcgan1 (A: 1.33x)
+    assert "leave one layer out (fit): 2 configurations, chosen over fastest: geomean 2.000, above 1.5x 1, above 2x 1" in out
+    assert "3.00  models/dcgan1 ConvTranspose f32 NCX: B (fastest A)" in out
+    # the holdout's layer, chosen by both fit layers (dcgan2 the nearer: A), at 4x its fastest
+    assert "holdout (chosen by the fit): 1 configurations, chosen over fastest: geomean 4.000" in out

@@ -125,21 +125,30 @@ class Table:
         if not self.layers:
             chosen = self.entries.get((p.op, p.dtype, p.data_format, p.shape_class))
             return chosen if chosen in names else None
-        mine = [m for m in self.layers if (m.op, m.dtype, m.data_format) == (p.op, p.dtype, p.data_format)]
         shape = (p.n, p.ic, p.oc, p.groups, p.src, p.kernel, p.geometry.strides)
-        near = [m for m in mine if m.shape == shape]  # this very layer: its own times, weighted alike
-        weights = [1.0] * len(near)
-        if not near:
-            here = p.features
-            near = sorted(mine, key=lambda m: math.dist(m.features, here))[:NEIGHBOURS]
-            weights = [1 / (1 + i) for i in range(len(near))]
+        return nearest_choice(self.layers, (p.op, p.dtype, p.data_format), shape, p.features, names)
 
-        def score(name: str) -> float:
-            logs = (math.log(m.ratios.get(name, UNMEASURED)) for m in near)
-            return sum(w * x for w, x in zip(weights, logs)) / sum(weights)
 
-        measured = [n for n in names if any(n in m.ratios for m in near)]
-        return min(measured, key=score) if measured else None
+def nearest_choice(layers: Sequence[Measured], config: tuple[str, str, str],
+                   shape: tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+                   features: tuple[float, ...], names: Sequence[str]) -> Optional[str]:
+    """:meth:`Table.choose` over ``layers`` for a problem of ``config`` (op, dtype, data
+    format), ``shape`` (as :attr:`Measured.shape`) and ``features``
+    (:func:`onednn_convt.problem.features`); ``benchmarks/rules_cv.py`` calls it on measured
+    layers left out of the table."""
+    mine = [m for m in layers if (m.op, m.dtype, m.data_format) == config]
+    near = [m for m in mine if m.shape == shape]  # this very layer: its own times, weighted alike
+    weights = [1.0] * len(near)
+    if not near:
+        near = sorted(mine, key=lambda m: math.dist(m.features, features))[:NEIGHBOURS]
+        weights = [1 / (1 + i) for i in range(len(near))]
+
+    def score(name: str) -> float:
+        logs = (math.log(m.ratios.get(name, UNMEASURED)) for m in near)
+        return sum(w * x for w, x in zip(weights, logs)) / sum(weights)
+
+    measured = [n for n in names if any(n in m.ratios for m in near)]
+    return min(measured, key=score) if measured else None
 
 
 def _ints(value: Any) -> tuple[int, ...]:
