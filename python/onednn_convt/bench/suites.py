@@ -349,6 +349,12 @@ def _broad() -> list[Layer]:
                "erfnet-up1-d2", 1, 128, 64, (64, 128), 3, 2, 2, dilation=2, output_padding=1),
         _layer(seg, "holdout", "variant (no published layer): a 32-group k4 s2 p1 decoder layer, to cover groups",
                "grouped32-up", 8, 256, 256, (16, 16), 4, 2, 1, groups=32),
+        # added to the fit half after its first holdout check on a Zen4 (benchmarks/NOTES.md): the
+        # holdout's grouped and one-layer k2 s2 output layers had no layer of their kind to fit on
+        _layer(seg, "fit", "Mehta et al., ESPNet (ECCV 2018), decoder: the 20 class maps k2 s2 up at 128x256",
+               "espnet-up2", 1, 20, 20, (128, 256), 2, 2, 0),
+        _layer(seg, "fit", "variant (no published layer): an 8-group k4 s2 p1 decoder layer, to cover groups",
+               "grouped8-up", 4, 128, 128, (32, 32), 4, 2, 1, groups=8),
         # -- super-resolution -------------------------------------------------------------
         _layer(sr, "fit", "Dong et al., FSRCNN (ECCV 2016), deconvolution x2: 56 -> 1 channel", "fsrcnn-x2", 1, 56, 1,
                (256, 256), 9, 2, 4, output_padding=1),
