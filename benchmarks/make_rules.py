@@ -101,8 +101,8 @@ def merge_repeat(kept: dict[str, Any], again: dict[str, Any]) -> None:
     ConvTranspose, f32: 5.8 and 15.1 ms; the ConvolutionBackwardData of the same call 6.0 and
     6.2 ms): a table keeping the faster time chose it, and it ran at 0.41x PyTorch in the
     bench. With three, one run's stall no longer decides either way: on an AMD Zen4 one tuning
-    pass timed the 32-group k4 s2 bf16 NXC ConvTranspose at 30.3 ms, four other processes at
-    0.97-1.21 ms, and the table kept it as the slowest candidate."""
+    pass timed the 32-group k4 s2 bf16 NXC ConvTranspose at 30.3 ms, six other processes at
+    0.84-1.21 ms, and the table kept it as the slowest candidate."""
     runs = kept.setdefault("runs_us", {n: [t] for n, t in (kept.get("times_us") or {}).items()})
     for name, t in (again.get("times_us") or {}).items():
         runs.setdefault(name, []).append(t)
