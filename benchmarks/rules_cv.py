@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     fit = layers(args.fit, args.remeasured)
     report("leave one layer out (fit)", scored(fit, fit, leave_out=True))
     if args.holdout:
-        held = tuple(m for m in layers(args.holdout, args.remeasured) if m.layer not in {x.layer for x in fit})
+        fitted = {m.layer for m in fit}
+        held = tuple(m for m in layers(args.holdout, args.remeasured) if m.layer not in fitted)
         report("holdout (chosen by the fit)", scored(fit, held, leave_out=False))
     return 0
 
