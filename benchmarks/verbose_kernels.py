@@ -6,23 +6,33 @@ Usage::
     python benchmarks/verbose_kernels.py --suite models --layers depthwise --dtypes f32
     python benchmarks/verbose_kernels.py models/unet/bwd_d/f32/NCX --lowering Convolution
 
-It sets ONEDNN_VERBOSE=1 before oneDNN loads, runs each configuration three times (the
-first call compiles) and prints the ``exec`` lines of the last call: primitive kind,
-implementation, memory formats and milliseconds. ``reorder`` lines are layout conversions
+It sets ONEDNN_VERBOSE=1 before oneDNN loads, runs each configuration twice (the first call
+compiles), then five times more, and prints the ``exec`` lines of one call with each
+primitive's median time over the five: primitive kind, implementation, memory formats and
+milliseconds. ``reorder`` lines are layout conversions
 that the compiled partition does on every call. ``--lowering NAME`` runs each configuration
 as that candidate (one of ``onednn_convt.lowering.candidates``) instead of the rules' choice:
 the kernels of the fastest candidate, where a layer is slow whatever runs it.
+
+``--bench RUN.json --below 0.95`` names the kernels of every row of a bench run slower than
+that ratio to PyTorch: each configuration runs as the row ran (an autotuned row as its
+tuned candidate; a rules row as the rules choose today), and a table at the end gives, per
+row, the kernel that took the most time (summed over a polyphase call's phases), and the
+time in reorders::
+
+    python benchmarks/verbose_kernels.py --bench benchmarks/results/zen4/holdout-autotune.json --below 0.95
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
 import sys
 import tempfile
-from typing import Any, Callable
-
-os.environ.setdefault("ONEDNN_VERBOSE", "1")
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 
 def _exec_lines(text: str) -> list[str]:
@@ -45,7 +55,128 @@ def _captured(fn: Callable[[], Any]) -> str:
         return tmp.read().decode(errors="replace")
 
 
+#: the candidate every op object made after :func:`_force_lowerings` runs where it can
+_forced: dict[str, Optional[str]] = {"name": None}
+
+
+def _force_lowerings() -> None:
+    """Make :func:`onednn_convt.lowering.rule` answer ``_forced["name"]`` where that
+    candidate can run the problem; the parts of a plan (the stride-1 phases of a polyphase
+    one) keep the rules' choice."""
+    from onednn_convt import lowering
+
+    rules_choice = lowering.rule
+
+    def rule(problem: Any, *, native: bool = False) -> str:
+        chosen = _forced["name"]
+        if chosen and chosen in lowering.candidates(problem, native=native):
+            return chosen
+        return rules_choice(problem, native=native)
+
+    lowering.rule = rule  # type: ignore[assignment]  # every op object made below asks it
+
+
+@dataclass
+class Kernels:
+    """The primitives one steady-state call ran: ``(kind, implementation, details, ms)``,
+    the details being the propagation kind, memory formats and shape."""
+
+    lines: list[tuple[str, str, str, float]]
+
+    @property
+    def limiting(self) -> tuple[str, str, int, float]:
+        """The kernel other than a reorder that took the most time, summed over its calls (a
+        polyphase call runs one per phase): ``(kind, implementation, calls, ms)``."""
+        compute = [ln for ln in self.lines if ln[0] != "reorder"] or self.lines
+        groups: dict[tuple[str, str], list[float]] = {}
+        for kind, impl, _, ms in compute:
+            groups.setdefault((kind, impl), []).append(ms)
+        (kind, impl), times = max(groups.items(), key=lambda kv: sum(kv[1]))
+        return kind, impl, len(times), sum(times)
+
+    @property
+    def reorder_ms(self) -> float:
+        return sum(ln[3] for ln in self.lines if ln[0] == "reorder")
+
+    @property
+    def total_ms(self) -> float:
+        return sum(ln[3] for ln in self.lines)
+
+
+def _run(cfg: Any, name: Optional[str]) -> tuple[str, Optional[Kernels]]:
+    """Run ``cfg`` as candidate ``name`` (None: the rules' choice); what it ran as, and its
+    kernels (None where ``name`` cannot run it)."""
+    _forced["name"] = name
+    case = cfg.build()
+    op, inputs = case.op, case.args
+    _captured(lambda: (op(*inputs), op(*inputs)))  # compile, warm up
+    ran = str(op.lowering)
+    got = getattr(op.last_plan.lowering, "name", "")  # the candidate's name ("... in f32": emulated)
+    if name and name.removesuffix(" in f32") != got and not ran.startswith(name):
+        return ran, None
+    return ran, _kernels(_captured(lambda: _repeat(lambda: op(*inputs))), CALLS)  # noqa: B023 - called here
+
+
+#: steady-state calls whose primitives are timed (each primitive's median time is kept)
+CALLS = 5
+
+
+def _repeat(fn: Callable[[], Any]) -> None:
+    for _ in range(CALLS):
+        fn()
+
+
+def _kernels(text: str, calls: int = 1) -> Kernels:
+    """The ``exec`` lines of oneDNN's verbose output: 3.2's (``onednn_verbose,exec,cpu,...``)
+    and the newer form PyTorch's bundled oneDNN prints (``onednn_verbose,v1,primitive,exec,cpu,...``).
+    ``text`` holds ``calls`` calls of the same primitives: each one's median time is kept (the
+    last call's lines where the calls ran different primitives)."""
+    lines = []
+    for ln in _exec_lines(text):
+        f = ln.split(",")
+        i = f.index("exec")  # then cpu,<kind>,<impl>,<prop>,<mem formats>,<attrs>,<alg>,<shape>,<ms>
+        lines.append((f[i + 2], f[i + 3], " | ".join(f[i + 4:i + 6] + f[i + 8:-1]), float(f[-1])))
+    per_call = len(lines) // calls
+    runs = [lines[c * per_call:(c + 1) * per_call] for c in range(calls)]
+    if calls == 1 or per_call * calls != len(lines) or any([ln[:3] for ln in r] != [ln[:3] for ln in runs[0]] for r in runs):
+        return Kernels(lines[-per_call:] if per_call else lines)
+    return Kernels([(*ln[:3], statistics.median(r[j][3] for r in runs)) for j, ln in enumerate(runs[0])])
+
+
+def _torch_kernels(cfg: Any) -> Optional[Kernels]:
+    """The oneDNN kernels PyTorch's call of ``cfg`` runs (its bundled oneDNN), or None
+    without PyTorch (or where it runs no oneDNN primitive: its own kernels)."""
+    from onednn_convt.bench import peers
+
+    call = peers.torch_call(cfg.build())
+    if call is None:
+        return None
+    _captured(lambda: (call(), call()))
+    k = _kernels(_captured(lambda: _repeat(call)), CALLS)
+    return k if k.lines else None
+
+
+def _limiting(k: Kernels) -> str:
+    """``k``'s limiting kernel and its time, as two table cells."""
+    kind, impl, calls, ms = k.limiting
+    return f"{calls} x " * (calls > 1) + f"{kind} `{impl}` | {ms:.3g}"
+
+
+def _tuned_name(lowering_text: str) -> Optional[str]:
+    """The candidate an autotuned bench row ran (``"... (tuned: NAME)"``); None for a rules row."""
+    mark = " (tuned: "
+    return lowering_text[lowering_text.index(mark) + len(mark):-1] if mark in lowering_text else None
+
+
+def _bench_rows(path: str, below: float) -> list[dict[str, Any]]:
+    with open(path) as f:
+        results = json.load(f)["results"]
+    rows = [r for r in results if r.get("vs_torch") and r["vs_torch"] < below]
+    return sorted(rows, key=lambda r: r["vs_torch"])
+
+
 def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("ONEDNN_VERBOSE", "1")  # before oneDNN (ours, and PyTorch's) loads
     from onednn_convt.bench import suites
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -56,44 +187,58 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtypes", default="f32")
     p.add_argument("--formats", default=",".join(suites.FORMATS))
     p.add_argument("--lowering", default=None, help="run as this candidate, not the rules' choice")
+    p.add_argument("--bench", default=None, help="a bench run's JSON: name the kernels of its slow rows")
+    p.add_argument("--below", type=float, default=0.95, help="with --bench: rows below this speed ratio")
     args = p.parse_args(argv)
-    if args.lowering:
-        from onednn_convt import lowering
+    _force_lowerings()
 
-        chosen, rules_choice = args.lowering, lowering.rule
+    def config(key: str) -> Any:
+        suite, layer, op, dt, fmt = key.split("/")
+        return suites.configs(suite, [op], [dt], [fmt], layer_names=[layer])[0]
 
-        def rule(problem: Any, *, native: bool = False) -> str:
-            # the named candidate where it can run the problem; the parts of a plan (the
-            # stride-1 phases of a polyphase one) keep the rules' choice
-            if chosen in lowering.candidates(problem, native=native):
-                return chosen
-            return rules_choice(problem, native=native)
-
-        lowering.rule = rule  # type: ignore[assignment]  # every op object made below asks it
+    if args.bench:
+        summary = []
+        for row in _bench_rows(args.bench, args.below):
+            name = _tuned_name(row["lowering"])
+            cfg = config(row["key"])
+            ran, kernels = _run(cfg, name)
+            print(f"== {row['key']} ({cfg.layer.describe()}): {row['vs_torch']:.2f}x PyTorch in the run "
+                  f"({row['median_ms']:.3g} ms against {row['torch_ms']:.3g}), it ran {row['lowering']}; here {ran}")
+            if kernels is None:
+                print("  (cannot run it as that candidate here)")
+                continue
+            for kind, impl, details, ms in kernels.lines:
+                print(f"  {kind} | {impl} | {details} | {ms:.3f}")
+            theirs = _torch_kernels(cfg)
+            print("  PyTorch's:" + ("" if theirs else " no oneDNN primitive (its own kernels) or no PyTorch"))
+            for kind, impl, details, ms in theirs.lines if theirs else []:
+                print(f"  {kind} | {impl} | {details} | {ms:.3f}")
+            summary.append((row, ran, kernels, theirs))
+        print("\n| row | speed | ours ms | PyTorch ms | ran as | limiting kernel | its ms | reorders ms "
+              "| PyTorch's limiting kernel | its ms | its reorders ms |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for row, ran, k, theirs in summary:
+            print(f"| {row['key']} | {row['vs_torch']:.2f} | {row['median_ms']:.3g} | {row['torch_ms']:.3g} | {ran} "
+                  f"| {_limiting(k)} | {k.reorder_ms:.3g} "
+                  f"| {f'{_limiting(theirs)} | {theirs.reorder_ms:.3g}' if theirs else '- | - | -'} |")
+        return 0
 
     configs = []
     if args.suite:
         configs += suites.configs(args.suite, args.ops.split(","), args.dtypes.split(","),
                                   args.formats.split(","), layer_names=args.layers.split(",") if args.layers else None)
-    for key in args.keys:
-        suite, layer, op, dt, fmt = key.split("/")
-        configs += [c for c in suites.configs(suite, [op], [dt], [fmt], layer_names=[layer])]
+    configs += [config(key) for key in args.keys]
     if not configs:
         p.error("no configuration given")
 
     for cfg in configs:
-        case = cfg.build()
-        op, inputs = case.op, case.args
-        _captured(lambda: (op(*inputs), op(*inputs)))  # noqa: B023 - compile, warm up
-        if args.lowering and not str(op.lowering).startswith(args.lowering):
-            print(f"== {cfg.key}: --lowering {args.lowering!r} cannot run it (it ran as {op.lowering})")
+        ran, kernels = _run(cfg, args.lowering)
+        if kernels is None:
+            print(f"== {cfg.key}: --lowering {args.lowering!r} cannot run it (it ran as {ran})")
             continue
-        text = _captured(lambda: op(*inputs))  # noqa: B023 - called right here
-        print(f"== {cfg.key} ({cfg.layer.describe()}), lowering {case.op.lowering}")
-        for ln in _exec_lines(text):
-            f = ln.split(",")
-            # onednn_verbose,exec,cpu,<kind>,<impl>,<prop>,<mem formats>,<attrs>,<alg>,<shape>,<ms>
-            print("  " + " | ".join(f[3:7] + f[9:]))
+        print(f"== {cfg.key} ({cfg.layer.describe()}), lowering {ran}")
+        for kind, impl, details, ms in kernels.lines:
+            print(f"  {kind} | {impl} | {details} | {ms}")
     return 0
 
 
