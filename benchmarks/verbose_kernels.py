@@ -5,6 +5,7 @@ Usage::
     python benchmarks/verbose_kernels.py models/unet/bwd_d/f32/NXC [more keys...]
     python benchmarks/verbose_kernels.py --suite models --layers depthwise --dtypes f32
     python benchmarks/verbose_kernels.py models/unet/bwd_d/f32/NCX --lowering Convolution
+    python benchmarks/verbose_kernels.py models/unet/bwd_d/f32/NCX --torch
 
 It sets ONEDNN_VERBOSE=1 before oneDNN loads, runs each configuration twice (the first call
 compiles), then five times more, and prints the ``exec`` lines of one call with each
@@ -12,7 +13,9 @@ primitive's median time over the five: primitive kind, implementation, memory fo
 milliseconds. ``reorder`` lines are layout conversions
 that the compiled partition does on every call. ``--lowering NAME`` runs each configuration
 as that candidate (one of ``onednn_convt.lowering.candidates``) instead of the rules' choice:
-the kernels of the fastest candidate, where a layer is slow whatever runs it.
+the kernels of the fastest candidate, where a layer is slow whatever runs it. ``--torch``
+adds the kernels of PyTorch's call of the same configuration (its bundled oneDNN prints the
+same lines).
 
 ``--bench RUN.json --below 0.95`` names the kernels of every row of a bench run slower than
 that ratio to PyTorch: each configuration runs as the row ran (an autotuned row as its
@@ -187,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtypes", default="f32")
     p.add_argument("--formats", default=",".join(suites.FORMATS))
     p.add_argument("--lowering", default=None, help="run as this candidate, not the rules' choice")
+    p.add_argument("--torch", action="store_true", help="and the kernels of PyTorch's call (its bundled oneDNN)")
     p.add_argument("--bench", default=None, help="a bench run's JSON: name the kernels of its slow rows")
     p.add_argument("--below", type=float, default=0.95, help="with --bench: rows below this speed ratio")
     args = p.parse_args(argv)
@@ -239,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {cfg.key} ({cfg.layer.describe()}), lowering {ran}")
         for kind, impl, details, ms in kernels.lines:
             print(f"  {kind} | {impl} | {details} | {ms}")
+        if args.torch:
+            theirs = _torch_kernels(cfg)
+            print("  PyTorch's:" + ("" if theirs else " no oneDNN primitive (its own kernels) or no PyTorch"))
+            for kind, impl, details, ms in theirs.lines if theirs else []:
+                print(f"  {kind} | {impl} | {details} | {ms}")
     return 0
 
 
