@@ -131,6 +131,8 @@ def tune_config(cfg: suites.Config) -> dict[str, Any]:
         rejected=t.rejected, batch=t.batch,
         speedup=None if not rule_us else round(rule_us / t.times_us[t.name], 3),
     )
+    if t.confirm_us:
+        rec["confirm_us"] = t.confirm_us
     return rec
 
 

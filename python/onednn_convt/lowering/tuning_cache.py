@@ -5,7 +5,8 @@ One JSON file, ``autotune.json`` in the user's cache directory (platformdirs; th
 
     {"format": 1,
      "contexts": {"<context>": {"<problem key>": {"name": ..., "candidates": [...],
-                                                   "times_us": {name: us}, "rejected": {name: why}}}}}
+                                                   "times_us": {name: us}, "rejected": {name: why},
+                                                   "batch": n, "confirm_us": {name: us}}}}}
 
 The context names what a choice depends on besides the problem: oneDNN's version and
 commit, the ISA it dispatches to (``ONEDNN_MAX_CPU_ISA`` honoured), the thread count and
@@ -102,13 +103,21 @@ def _read(file: Path, warn: bool = True) -> dict[str, dict[str, Any]]:
 
 
 def _valid(entry: Any) -> bool:
+    """Whether ``entry`` has the fields a lookup reads, each of its type (the optional ones,
+    ``rejected``, ``batch`` and ``confirm_us``, where present)."""
+    def mapping(value: Any, kinds: tuple[type, ...]) -> bool:
+        return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, kinds) and not isinstance(v, bool)
+                                               for k, v in value.items())
+
     return (
         isinstance(entry, dict)
         and isinstance(entry.get("name"), str)
         and isinstance(entry.get("candidates"), list)
         and all(isinstance(c, str) for c in entry["candidates"])
-        and isinstance(entry.get("times_us"), dict)
-        and all(isinstance(k, str) and isinstance(v, (int, float)) for k, v in entry["times_us"].items())
+        and mapping(entry.get("times_us"), (int, float))
+        and mapping(entry.get("rejected", {}), (str,))
+        and mapping(entry.get("confirm_us", {}), (int, float))
+        and isinstance(entry.get("batch", 1), int) and not isinstance(entry.get("batch", 1), bool)
     )
 
 
