@@ -99,11 +99,17 @@ class Kernels:
 
     @property
     def reorder_ms(self) -> float:
+        """The milliseconds of the call's reorders (layout conversions)."""
         return sum(ln[3] for ln in self.lines if ln[0] == "reorder")
 
-    @property
-    def total_ms(self) -> float:
-        return sum(ln[3] for ln in self.lines)
+
+#: steady-state calls whose primitives are timed (each primitive's median time is kept)
+CALLS = 5
+
+
+def _repeat(fn: Callable[[], Any]) -> None:
+    for _ in range(CALLS):
+        fn()
 
 
 def _run(cfg: Any, name: Optional[str]) -> tuple[str, Optional[Kernels]]:
@@ -118,15 +124,6 @@ def _run(cfg: Any, name: Optional[str]) -> tuple[str, Optional[Kernels]]:
     if name and name.removesuffix(" in f32") != got and not ran.startswith(name):
         return ran, None
     return ran, _kernels(_captured(lambda: _repeat(lambda: op(*inputs))), CALLS)  # noqa: B023 - called here
-
-
-#: steady-state calls whose primitives are timed (each primitive's median time is kept)
-CALLS = 5
-
-
-def _repeat(fn: Callable[[], Any]) -> None:
-    for _ in range(CALLS):
-        fn()
 
 
 def _kernels(text: str, calls: int = 1) -> Kernels:
