@@ -13,9 +13,12 @@ so one generator serves both seeded NumPy sweeps (:func:`random_config`) and hyp
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable
 
 import ml_dtypes
@@ -36,6 +39,17 @@ EPS = {"f32": 2.0**-23, "bf16": 2.0**-7, "f16": 2.0**-10}
 AUTO_PADS = ("None", "SAME_UPPER", "SAME_LOWER", "VALID")
 LAYOUTS = [(df, wf) for df in ("NCX", "NXC") for wf in ("IOX", "XOI")]
 OPS = ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
+
+
+def benchmark_script(name: str) -> Any:
+    """The module of ``benchmarks/<name>.py`` (scripts, not a package), registered in
+    ``sys.modules`` under ``name`` (a dataclass in it looks its module up there)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def ek(k: int, d: int) -> int:

@@ -5,7 +5,6 @@ hand-written fallback where the table cannot say."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from helpers import assert_close, benchmark_script
 
 import onednn_convt as oc
 from onednn_convt import lowering, reference
@@ -26,10 +25,7 @@ ATTRS = dict(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_for
 
 
 def make_rules():
-    spec = importlib.util.spec_from_file_location("make_rules", ROOT / "benchmarks" / "make_rules.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("make_rules")
 
 
 def test_shape_classes():

@@ -3,20 +3,13 @@ rows (the tool that names the kernel limiting each slow row)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import benchmark_script
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("verbose_kernels", ROOT / "benchmarks" / "verbose_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["verbose_kernels"] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("verbose_kernels")
 
 
 # oneDNN 3.2's form (ours), then the newer one PyTorch's bundled oneDNN prints; other lines
