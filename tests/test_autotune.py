@@ -440,3 +440,57 @@ def test_candidates_are_timed_as_the_call_runs_them(op_name, dtype):
         executors += plan.executor is not None
         assert_close(out, want, dtype, 8 * 16)
     assert executors, "no candidate had an executor: the test shows nothing"
+
+
+#: a process that tunes one call (writing a real cache entry), replaces one field of the
+#: entry (or one value inside it) with a hostile value chosen by the seed, and calls the op
+#: again as a new process would: the call must still return the right result
+_HOSTILE_CACHE = r"""
+import json, os, random, sys, warnings
+import numpy as np
+import onednn_convt as oc
+from onednn_convt import reference
+from onednn_convt.lowering import tuning_cache
+
+seed = int(sys.argv[1])
+attrs = dict(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
+rng = np.random.default_rng(0)
+x = rng.standard_normal((2, 8, 4, 4)).astype(np.float32)
+w = rng.standard_normal((8, 4, 4, 4)).astype(np.float32)
+oc.set_autotune(True)
+oc.ConvTranspose(**attrs)(x, w)
+path = tuning_cache.path()
+data = json.loads(path.read_text())
+(entries,) = data["contexts"].values()
+(entry,) = entries.values()
+pick = random.Random(seed)
+hostile = [None, True, 0, -1, 2**70, 1.5, float("nan"), "", "x", [], [1], ["x", 2], {}, {"a": 1}, {"a": "b"},
+           {"a": [1]}, {"a": True}, {"": None}, {"ConvTranspose": -1e308}]
+field = pick.choice(["name", "candidates", "times_us", "rejected", "batch", "confirm_us", "extra", "drop"])
+if field == "drop":
+    entry.pop(pick.choice(sorted(entry)))
+elif isinstance(entry.get(field), dict) and entry[field] and pick.random() < 0.5:
+    entry[field][pick.choice(sorted(entry[field]))] = pick.choice(hostile)
+else:
+    entry[field] = pick.choice(hostile)
+path.write_text(json.dumps(data))
+tuning_cache.forget()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # a TuningCacheWarning where the file is refused
+    got = oc.ConvTranspose(**attrs)(x, w)
+want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **attrs)
+assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), field
+print("ok", field)
+"""
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_a_hostile_cache_entry_never_breaks_a_call(tmp_path, seed):
+    """Fuzz the cache file's entries (each trial a process of its own, with a timeout): a
+    field of the wrong type, a hostile value inside one, a field dropped or added. The call
+    reads the file as a new process does and returns the right result: the entry is used,
+    skipped, or the file ignored with a warning, never an exception."""
+    env = dict(os.environ, ONEDNN_CONVT_CACHE_DIR=str(tmp_path), ONEDNN_CONVT_AUTOTUNE="")
+    out = subprocess.run([sys.executable, "-c", _HOSTILE_CACHE, str(seed)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
