@@ -156,6 +156,21 @@ def _torch_kernels(cfg: Any) -> Optional[Kernels]:
     return k if k.lines else None
 
 
+def _show(k: Kernels) -> None:
+    """Print ``k``'s primitives, one line each."""
+    for kind, impl, details, ms in k.lines:
+        print(f"  {kind} | {impl} | {details} | {ms:.3f}")
+
+
+def _show_torch(cfg: Any) -> Optional[Kernels]:
+    """Print the kernels of PyTorch's call of ``cfg`` (:func:`_torch_kernels`), and return them."""
+    theirs = _torch_kernels(cfg)
+    print("  PyTorch's:" + ("" if theirs else " no oneDNN primitive (its own kernels) or no PyTorch"))
+    if theirs:
+        _show(theirs)
+    return theirs
+
+
 def _limiting(k: Kernels) -> str:
     """``k``'s limiting kernel and its time, as two table cells."""
     kind, impl, calls, ms = k.limiting
@@ -208,13 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             if kernels is None:
                 print("  (cannot run it as that candidate here)")
                 continue
-            for kind, impl, details, ms in kernels.lines:
-                print(f"  {kind} | {impl} | {details} | {ms:.3f}")
-            theirs = _torch_kernels(cfg)
-            print("  PyTorch's:" + ("" if theirs else " no oneDNN primitive (its own kernels) or no PyTorch"))
-            for kind, impl, details, ms in theirs.lines if theirs else []:
-                print(f"  {kind} | {impl} | {details} | {ms:.3f}")
-            summary.append((row, ran, kernels, theirs))
+            _show(kernels)
+            summary.append((row, ran, kernels, _show_torch(cfg)))
         print("\n| row | speed | ours ms | PyTorch ms | ran as | limiting kernel | its ms | reorders ms "
               "| PyTorch's limiting kernel | its ms | its reorders ms |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -238,13 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {cfg.key}: --lowering {args.lowering!r} cannot run it (it ran as {ran})")
             continue
         print(f"== {cfg.key} ({cfg.layer.describe()}), lowering {ran}")
-        for kind, impl, details, ms in kernels.lines:
-            print(f"  {kind} | {impl} | {details} | {ms}")
+        _show(kernels)
         if args.torch:
-            theirs = _torch_kernels(cfg)
-            print("  PyTorch's:" + ("" if theirs else " no oneDNN primitive (its own kernels) or no PyTorch"))
-            for kind, impl, details, ms in theirs.lines if theirs else []:
-                print(f"  {kind} | {impl} | {details} | {ms}")
+            _show_torch(cfg)
     return 0
 
 
