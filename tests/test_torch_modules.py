@@ -299,6 +299,36 @@ def test_channels_last_reaches_the_op_without_a_copy(monkeypatch):
     assert ("ConvTransposeBackwardWeights", "NXC", x.data_ptr()) in seen
 
 
+@pytest.mark.parametrize("input_last", [False, True], ids=["x", "x_last"])
+@pytest.mark.parametrize("grad_last", [False, True], ids=["g", "g_last"])
+@pytest.mark.parametrize("rank", [2, 3])
+def test_input_gradient_comes_back_in_the_inputs_layout(rank, input_last, grad_last):
+    """Whatever the layout of the gradient that reaches the layer (a loss gives a contiguous
+    one, a channels_last network a channels_last one), d src comes back in the layout of
+    the forward's input, as torch's layer gives it, with torch's values. (Seen by a hook on
+    a non-leaf input: a leaf's .grad is brought to the leaf's layout by autograd anyway.)"""
+    fmt = torch.channels_last if rank == 2 else torch.channels_last_3d
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 6, *([5] * rank), generator=gen)
+    w = torch.randn(6, 4, *([4] * rank), generator=gen)
+    if input_last:
+        x = x.contiguous(memory_format=fmt)
+    g = torch.randn(2, 4, *([10] * rank), generator=gen)
+    if grad_last:
+        g = g.contiguous(memory_format=fmt)
+    grads = []
+    for fn, dtype in ((getattr(oct, f"conv_transpose{rank}d"), torch.float32),
+                      (getattr(torch.nn.functional, f"conv_transpose{rank}d"), torch.float32),
+                      (getattr(torch.nn.functional, f"conv_transpose{rank}d"), torch.float64)):
+        leaf = x.to(dtype).clone(memory_format=torch.preserve_format).requires_grad_()
+        src = leaf * 1  # a non-leaf with x's layout
+        src.register_hook(grads.append)
+        fn(src, w.to(dtype), None, 2, 1).backward(g.to(dtype))
+    ours, torchs, exact = grads
+    assert ours.stride() == torchs.stride() == x.stride(), (ours.stride(), torchs.stride(), x.stride())
+    assert_close(ours.numpy(), exact.numpy(), "f32", 4 * 4 ** rank)
+
+
 @pytest.mark.parametrize("weights_last", [False, True], ids=["w", "w_last"])
 @pytest.mark.parametrize("input_last", [False, True], ids=["x", "x_last"])
 @pytest.mark.parametrize("shape", [(3, 5, 1, 1), (2, 1, 3, 4), (2, 3, 1, 1, 1)], ids=["1x1", "one_channel", "3d"])

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from . import shapes
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
-from .torch_run import Geometry, IntOrTuple, cached_geometry, channels_last, from_nxc, run
+from .torch_run import Geometry, IntOrTuple, cached_geometry, channels_last, from_nxc, memory_format, run
 
 __all__ = [
     "ConvTranspose1d",
@@ -171,9 +171,22 @@ def _forward_grads(calls: _Calls, ctx: Any, grad: Tensor) -> tuple[Optional[Tens
     """d src, d weight, d bias of dst = CT(src, weight) + bias."""
     src, weight = ctx.saved_tensors
     need_src, need_weight, need_bias = ctx.needs_input_grad[:3]
+    grad = _in_layout_of(grad, src, weight)
     return (calls.bd(grad, weight) if need_src else None,
             calls.bw(src, grad, weight.shape) if need_weight else None,
             grad.sum(dim=(0, *range(2, grad.dim()))) if need_bias else None)  # False without a bias
+
+
+def _in_layout_of(grad: Tensor, src: Tensor, weight: Tensor) -> Tensor:
+    """``grad`` (d dst) laid out as the forward ran: channels-last where it ran on a
+    channels-last ``src`` (:func:`~onednn_convt.torch_run.channels_last`), else contiguous,
+    so that d src comes back in ``src``'s layout, as torch's own layer gives it (its backward
+    makes grad_output contiguous in the forward's memory format). A loss's gradient is
+    contiguous: in a channels_last DCGAN generator its output layer got the gradient so, its
+    d src came back NCHW beside a channels_last ReLU output, and the ReLU's backward on the
+    two layouts took 0.76 ms a call against 0.10 (AMD Zen4, f32, batch 16)."""
+    want = memory_format(src.dim() - 2) if channels_last(src, weight) else torch.contiguous_format
+    return grad.contiguous(memory_format=want)
 
 
 def _backward_data_grads(calls: _Calls, ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
