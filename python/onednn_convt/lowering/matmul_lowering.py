@@ -145,14 +145,13 @@ def conv_transpose_backward_data(
     first = min(src_size, -(-pad_begin // stride))
     last = max(first, min(src_size, (length + pad_begin - kernel) // stride + 1))
 
-    def frames_of(dd: np.ndarray) -> np.ndarray:
-        """(N, L, OC, k): frame i holds full[s*i : s*i + k] of the zero-padded diff_dst."""
+    def padded(dd: np.ndarray) -> np.ndarray:
+        """(N, extent, OC): diff_dst placed within the forward's full output, zeros around."""
         rows = dd.transpose(0, 2, 1) if ncx else dd  # (N, length, OC), a view
         full = memory.zeros((n, extent, oc), dd.dtype)
         take = max(0, min(length, extent - pad_begin))
         full[:, pad_begin : pad_begin + take] = rows[:, :take]
-        windows = np.lib.stride_tricks.sliding_window_view(full, kernel, axis=1)  # (N, ., OC, k)
-        return windows[:, : stride * (src_size - 1) + 1 : stride]
+        return full
 
     def taps(w: np.ndarray) -> np.ndarray:
         """W as (IC, OC, k), a view."""
@@ -160,12 +159,19 @@ def conv_transpose_backward_data(
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         dd, w = args[0], args[1]
-        frames = frames_of(dd)
+        full = padded(dd)
+        # frame i holds full[n, s*i + j, oc] for the k taps j: a view of full whose frames
+        # overlap, which oneDNN cannot take (it refuses overlapping strides), so it is copied
+        # once, into kept memory (:mod:`onednn_convt.memory`: no fresh pages per call)
+        item, n_step = full.itemsize, full.strides[0]
         if iox:  # W (IC, OC*k) @ frames (OC*k, N*L)
-            cols = np.ascontiguousarray(frames.transpose(2, 3, 0, 1)).reshape(oc * kernel, n * src_size)
-            return [w.reshape(ic, oc * kernel), cols]
-        rows = np.ascontiguousarray(frames.transpose(0, 1, 3, 2)).reshape(n, src_size, kernel * oc)
-        return [rows, w.reshape(kernel * oc, ic)]  # frames (N, L, k*OC) @ W (k*OC, IC)
+            view = np.lib.stride_tricks.as_strided(
+                full, (oc, kernel, n, src_size), (item, oc * item, n_step, stride * oc * item), writeable=False)
+            return [w.reshape(ic, oc * kernel), _copy(view).reshape(oc * kernel, n * src_size)]
+        # frames (N, L, k*OC) @ W (k*OC, IC): frame i is the k*OC values of full from row s*i on
+        view = np.lib.stride_tricks.as_strided(
+            full, (n, src_size, kernel * oc), (n_step, stride * oc * item, item), writeable=False)
+        return [_copy(view), w.reshape(kernel * oc, ic)]
 
     def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
         result = out.astype(np.float32, copy=False)
@@ -192,3 +198,9 @@ def conv_transpose_backward_data(
         "weights_arg": 0 if iox else 1,  # see prepare
     }
 
+
+def _copy(view: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``view``, in kept memory from 1 MiB."""
+    out = memory.empty(view.shape, view.dtype)
+    np.copyto(out, view)
+    return out
