@@ -95,11 +95,11 @@ def backward_weights(
         spatial = tuple(range(1, 1 + rank))  # the X axes of frames; taps follow them
         taps = tuple(range(1 + rank, 1 + 2 * rank))
         if iox:  # src (IC, N*X) @ frames (N*X, OC*K)
-            rows = np.ascontiguousarray(np.moveaxis(src, 1 if ncx else -1, 0)).reshape(ic, n * p)
-            cols = np.ascontiguousarray(frames.transpose(0, *spatial, 1 + 2 * rank, *taps)).reshape(n * p, oc * k)
+            rows = memory.contiguous(np.moveaxis(src, 1 if ncx else -1, 0)).reshape(ic, n * p)
+            cols = memory.contiguous(frames.transpose(0, *spatial, 1 + 2 * rank, *taps)).reshape(n * p, oc * k)
         else:  # frames (K*OC, N*X) @ src (N*X, IC)
-            rows = np.ascontiguousarray(frames.transpose(*taps, 1 + 2 * rank, 0, *spatial)).reshape(k * oc, n * p)
-            cols = np.ascontiguousarray(np.moveaxis(src, 1, -1) if ncx else src).reshape(n * p, ic)
+            rows = memory.contiguous(frames.transpose(*taps, 1 + 2 * rank, 0, *spatial)).reshape(k * oc, n * p)
+            cols = memory.contiguous(np.moveaxis(src, 1, -1) if ncx else src).reshape(n * p, ic)
         return [rows.view(dtype), cols.view(dtype)]
 
     def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:

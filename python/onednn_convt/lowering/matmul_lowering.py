@@ -115,7 +115,7 @@ def conv_transpose(
         if bias is not None:
             with np.errstate(invalid="ignore", over="ignore"):
                 dst += np.asarray(bias, dtype=np.float32)
-        return np.ascontiguousarray(dst.transpose(0, 2, 1)) if ncx else dst
+        return memory.contiguous(dst.transpose(0, 2, 1)) if ncx else dst
 
     return {
         "attrs": {},
@@ -167,11 +167,11 @@ def conv_transpose_backward_data(
         if iox:  # W (IC, OC*k) @ frames (OC*k, N*L)
             view = np.lib.stride_tricks.as_strided(
                 full, (oc, kernel, n, src_size), (item, oc * item, n_step, stride * oc * item), writeable=False)
-            return [w.reshape(ic, oc * kernel), _copy(view).reshape(oc * kernel, n * src_size)]
+            return [w.reshape(ic, oc * kernel), memory.contiguous(view).reshape(oc * kernel, n * src_size)]
         # frames (N, L, k*OC) @ W (k*OC, IC): frame i is the k*OC values of full from row s*i on
         view = np.lib.stride_tricks.as_strided(
             full, (n, src_size, kernel * oc), (n_step, stride * oc * item, item), writeable=False)
-        return [_copy(view), w.reshape(kernel * oc, ic)]
+        return [memory.contiguous(view), w.reshape(kernel * oc, ic)]
 
     def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
         result = out.astype(np.float32, copy=False)
@@ -187,7 +187,7 @@ def conv_transpose_backward_data(
                     lo, hi = max(0, stride * i - pad_begin), min(length, stride * i - pad_begin + kernel)
                     tap = slice(lo - (stride * i - pad_begin), hi - (stride * i - pad_begin))
                     rows[:, i] = np.einsum("nto,cot->nc", dd_rows[:, lo:hi], w[:, :, tap]) if hi > lo else 0
-        return np.ascontiguousarray(rows.transpose(0, 2, 1) if ncx else rows)
+        return memory.contiguous(rows.transpose(0, 2, 1) if ncx else rows)
 
     return {
         "attrs": {},
@@ -198,9 +198,3 @@ def conv_transpose_backward_data(
         "weights_arg": 0 if iox else 1,  # see prepare
     }
 
-
-def _copy(view: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of ``view``, in kept memory from 1 MiB."""
-    out = memory.empty(view.shape, view.dtype)
-    np.copyto(out, view)
-    return out
