@@ -6,7 +6,8 @@ runs of one CPU and ISA class are merged into one table (a configuration tuned i
 them is an error, unless ``--repeats``: then each candidate keeps its upper median time
 over the runs, the higher of two, the middle of three; a
 configuration tuned again after a change to the code, in ``--remeasured`` runs, drops its
-earlier records)::
+earlier records; where the tuner timed a rival of the rules' choice a second time, the
+record's ``confirm_us``, those two candidates count that second timing)::
 
     onednn-convt tune --suite models --skip-slow --retune --json benchmarks/results/zen5/tune_models.json
     onednn-convt tune --suite broad-fit --retune --json benchmarks/results/zen5/tune_broad_fit.json
@@ -77,7 +78,7 @@ def measured_layers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     left out, saying so)."""
     out = []
     for r in records:
-        times = r.get("times_us") or {}
+        times = record_times(r)
         if r.get("chosen") is None or len(times) < 2:
             continue
         lay = suite_layer(r["key"])
@@ -92,6 +93,15 @@ def measured_layers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda m: (m["op"], m["dtype"], m["data_format"], m["layer"]))
 
 
+def record_times(record: dict[str, Any]) -> dict[str, float]:
+    """A tuning record's time of each candidate: its ``times_us``, where the tuner timed a
+    rival of the rules' choice a second time (``confirm_us``: the two alone, alternated) the
+    second timing of those two. That timing decided the choice: on an AMD Zen4 a stall slowed
+    ConvolutionBackwardWeights through every round of the first (1.64 ms; 0.61-0.79 ms in
+    five other runs), and the second kept the rules' choice."""
+    return {**(record.get("times_us") or {}), **(record.get("confirm_us") or {})}
+
+
 def merge_repeat(kept: dict[str, Any], again: dict[str, Any]) -> None:
     """Merge a repeated tuning of one configuration into ``kept``: each candidate keeps the
     upper median of its times over the runs (:func:`upper_median`; a candidate timed once,
@@ -103,10 +113,11 @@ def merge_repeat(kept: dict[str, Any], again: dict[str, Any]) -> None:
     bench. With three, one run's stall no longer decides either way: on an AMD Zen4 one tuning
     pass timed the 32-group k4 s2 bf16 NXC ConvTranspose at 30.3 ms, six other processes at
     0.84-1.21 ms, and the table kept it as the slowest candidate."""
-    runs = kept.setdefault("runs_us", {n: [t] for n, t in (kept.get("times_us") or {}).items()})
-    for name, t in (again.get("times_us") or {}).items():
+    runs = kept.setdefault("runs_us", {n: [t] for n, t in record_times(kept).items()})
+    for name, t in record_times(again).items():
         runs.setdefault(name, []).append(t)
     kept["times_us"] = {n: upper_median(ts) for n, ts in runs.items()}
+    kept.pop("confirm_us", None)  # in runs_us now
 
 
 def upper_median(values: list[float]) -> float:

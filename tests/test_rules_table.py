@@ -325,6 +325,28 @@ def test_the_generator_keeps_each_configuration_as_a_measured_layer(tmp_path, ca
         dcgan1.n, dcgan1.ic, dcgan1.oc, dcgan1.groups, dcgan1.spatial, dcgan1.kernel, (dcgan1.stride,) * 2)
 
 
+def test_the_generator_counts_the_tuners_second_timing(tmp_path):
+    """Where the tuner timed a rival of the rules' choice again (``confirm_us``), those two
+    candidates count their second times, in one run and merged over repeats."""
+    def run(name, records):
+        path = tmp_path / name
+        path.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
+                                    "isa": "avx2", "records": records}))
+        return str(path)
+
+    stalled = _record("fwd", "f32", "NCX", "dcgan1", {"A": 10.0, "B": 4.0, "C": 5.0})
+    stalled["confirm_us"] = {"A": 4.0, "B": 4.4}  # A's first timing stalled; B did not beat it
+    out = tmp_path / "tables"
+    assert make_rules().main([run("one.json", [stalled]), "--out", str(out), "--cpu", "zen9"]) == 0
+    assert [m.ratios for m in rules_table.read(out / "zen9-avx2.json").layers] == [{"A": 1.0, "B": 1.1, "C": 1.25}]
+    again = _record("fwd", "f32", "NCX", "dcgan1", {"A": 6.0, "B": 3.0, "C": 3.0})
+    third = _record("fwd", "f32", "NCX", "dcgan1", {"A": 2.0, "B": 8.0, "C": 4.0})
+    assert make_rules().main([run("one.json", [stalled]), run("again.json", [again]), run("third.json", [third]),
+                              "--repeats", "--out", str(out), "--cpu", "zen9"]) == 0
+    # middle of three: A of (4, 6, 2) 4, B of (4.4, 3, 8) 4.4, C of (5, 3, 4) 4
+    assert [m.ratios for m in rules_table.read(out / "zen9-avx2.json").layers] == [{"A": 1.0, "B": 1.1, "C": 1.0}]
+
+
 def test_class_scores_are_geometric_means_over_the_class():
     gen = make_rules()
     layers = (
