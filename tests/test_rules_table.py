@@ -198,6 +198,13 @@ def _record(op, dtype, fmt, layer, times, rejected=None, suite="models"):
             "rejected": rejected or {}}
 
 
+def _tune_run(path, records):
+    """An avx2 ``onednn-convt tune --json`` file of these records, at ``path``; its name."""
+    path.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
+                                "isa": "avx2", "records": records}))
+    return str(path)
+
+
 def _measured(layer, ratios, op=FORWARD, **shape):
     geometry = dict(n=8, ic=64, oc=64, groups=1, src=(16, 16), kernel=(4, 4), strides=(2, 2)) | shape
     return rules_table.Measured(layer, op, "f32", "NCX", ratios=ratios, **geometry)
@@ -329,10 +336,7 @@ def test_the_generator_counts_the_tuners_second_timing(tmp_path):
     """Where the tuner timed a rival of the rules' choice again (``confirm_us``), those two
     candidates count their second times, in one run and merged over repeats."""
     def run(name, records):
-        path = tmp_path / name
-        path.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
-                                    "isa": "avx2", "records": records}))
-        return str(path)
+        return _tune_run(tmp_path / name, records)
 
     stalled = _record("fwd", "f32", "NCX", "dcgan1", {"A": 10.0, "B": 4.0, "C": 5.0})
     stalled["confirm_us"] = {"A": 4.0, "B": 4.4}  # A's first timing stalled; B did not beat it
@@ -367,10 +371,7 @@ def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     each candidate its higher time of two (a choice must hold in both), its middle time of
     three (one run's stall does not decide), one timed once its one time."""
     def run(name, records):
-        path = tmp_path / name
-        path.write_text(json.dumps({"context": "oneDNN 3.2.0 x; isa avx2; threads 2; onednn-convt 0.1.0",
-                                    "isa": "avx2", "records": records}))
-        return str(path)
+        return _tune_run(tmp_path / name, records)
 
     models = run("tune_avx2.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 1.0, "B": 2.0})])
     tiny = run("tune_tiny_avx2.json", [_record("fwd", "f32", "NCX", "tiny", {"A": 2.0, "B": 1.0}, suite="tiny")])
