@@ -6,6 +6,8 @@ A fuzzer is a module of this folder with
 - ``PER_PROCESS``: how many consecutive trials one child runs (1 for fuzzers whose trial
   owns the process: threads, fork);
 - ``TIMEOUT``: seconds one trial may take before it counts as a hang;
+- ``REQUIRES`` (optional): modules its trials import that the package does not need (torch);
+  :func:`missing_modules` names those not installed;
 - ``trial(rng, index)``: one trial. It returns a short description of what it tried, or
   raises :class:`Failure` (a wrong value, a wrong exception) naming what went wrong.
   Anything else it raises is a failure too (a bug in the package or in the fuzzer).
@@ -47,6 +49,7 @@ FUZZERS = {
     "plain": "plain_ops",
     "threads": "threads",
     "fork": "fork",
+    "torch": "torch_layers",
 }
 #: the environment of every child (the memory limit makes a huge allocation an error
 #: that names the op, not a machine out of memory)
@@ -67,6 +70,14 @@ def load(name: str) -> ModuleType:
         return importlib.import_module(FUZZERS.get(name, name))
     except ImportError as e:
         raise SystemExit(f"fuzz: no fuzzer {name!r} ({e}); choose from {', '.join(FUZZERS)}") from None
+
+
+def missing_modules(name: str) -> list[str]:
+    """The modules fuzzer ``name``'s trials import (its ``REQUIRES``, if any) that are not
+    installed here: such a fuzzer cannot run (the tests skip it)."""
+    import importlib.util
+
+    return [m for m in getattr(load(name), "REQUIRES", ()) if importlib.util.find_spec(m) is None]
 
 
 def rng_for(seed: int, index: int) -> np.random.Generator:
@@ -251,6 +262,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     names = list(FUZZERS) if args.fuzzer == "all" else [args.fuzzer]
     failed = 0
     for name in names:
+        missing = missing_modules(name)
+        if missing:
+            print(f"{name}: skipped: its trials need {', '.join(missing)}, which is not installed", flush=True)
+            failed += args.fuzzer != "all"  # asked for by name: an error
+            continue
         if args.trial is not None:
             report = run(name, args.seed, 1, first=args.trial, isa=args.isa, echo=True, verbose=args.verbose)
         else:

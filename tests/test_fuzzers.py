@@ -19,7 +19,7 @@ from isa_scan import ISA_LEVELS  # noqa: E402
 from test_isa_matrix import require  # noqa: E402
 
 #: trials per fuzzer in the default run (the slow run: SLOW_FACTOR times as many)
-CI_TRIALS = {"conformance": 60, "api": 60, "fused": 40, "plain": 60, "threads": 8, "fork": 8}
+CI_TRIALS = {"conformance": 60, "api": 60, "fused": 40, "plain": 60, "threads": 8, "fork": 8, "torch": 60}
 SLOW_FACTOR = 10
 
 
@@ -28,12 +28,20 @@ def _check(report: harness.Report, trials: int) -> None:
     assert not report.findings, f"{report.summary()}\n" + "\n".join(str(f) for f in report.findings)
 
 
+def _require_modules(name: str) -> None:
+    """Skip a fuzzer whose trials import a package that is not installed (torch)."""
+    missing = harness.missing_modules(name)
+    if missing:
+        pytest.skip(f"the {name} fuzzer needs {', '.join(missing)}, which is not installed")
+
+
 def test_every_fuzzer_has_a_ci_count() -> None:
     assert set(CI_TRIALS) == set(harness.FUZZERS)
 
 
 @pytest.mark.parametrize("name", sorted(harness.FUZZERS))
 def test_fuzzer_finds_nothing(name: str) -> None:
+    _require_modules(name)
     _check(harness.run(name, seed=2026, trials=CI_TRIALS[name]), CI_TRIALS[name])
 
 
@@ -41,6 +49,7 @@ def test_fuzzer_finds_nothing(name: str) -> None:
 @pytest.mark.parametrize("level", [None, *ISA_LEVELS])
 @pytest.mark.parametrize("name", sorted(harness.FUZZERS))
 def test_fuzzer_finds_nothing_ten_times_further(name: str, level: str | None) -> None:
+    _require_modules(name)
     if level is not None:
         require(level)
     trials = SLOW_FACTOR * CI_TRIALS[name]

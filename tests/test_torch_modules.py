@@ -299,21 +299,23 @@ def test_channels_last_reaches_the_op_without_a_copy(monkeypatch):
     assert ("ConvTransposeBackwardWeights", "NXC", x.data_ptr()) in seen
 
 
+@pytest.mark.parametrize("out_channels", [4, 1])
 @pytest.mark.parametrize("input_last", [False, True], ids=["x", "x_last"])
 @pytest.mark.parametrize("grad_last", [False, True], ids=["g", "g_last"])
 @pytest.mark.parametrize("rank", [2, 3])
-def test_input_gradient_comes_back_in_the_inputs_layout(rank, input_last, grad_last):
+def test_input_gradient_comes_back_in_the_inputs_layout(rank, input_last, grad_last, out_channels):
     """Whatever the layout of the gradient that reaches the layer (a loss gives a contiguous
-    one, a channels_last network a channels_last one), d src comes back in the layout of
-    the forward's input, as torch's layer gives it, with torch's values. (Seen by a hook on
-    a non-leaf input: a leaf's .grad is brought to the leaf's layout by autograd anyway.)"""
+    one, a channels_last network a channels_last one; with one output channel it is dense
+    in both), d src comes back in the layout of the forward's input, as torch's layer gives
+    it, with torch's values. (Seen by a hook on a non-leaf input: a leaf's .grad is brought
+    to the leaf's layout by autograd anyway.)"""
     fmt = torch.channels_last if rank == 2 else torch.channels_last_3d
     gen = torch.Generator().manual_seed(11)
     x = torch.randn(2, 6, *([5] * rank), generator=gen)
-    w = torch.randn(6, 4, *([4] * rank), generator=gen)
+    w = torch.randn(6, out_channels, *([4] * rank), generator=gen)
     if input_last:
         x = x.contiguous(memory_format=fmt)
-    g = torch.randn(2, 4, *([10] * rank), generator=gen)
+    g = torch.randn(2, out_channels, *([10] * rank), generator=gen)
     if grad_last:
         g = g.contiguous(memory_format=fmt)
     grads = []
@@ -326,7 +328,45 @@ def test_input_gradient_comes_back_in_the_inputs_layout(rank, input_last, grad_l
         fn(src, w.to(dtype), None, 2, 1).backward(g.to(dtype))
     ours, torchs, exact = grads
     assert ours.stride() == torchs.stride() == x.stride(), (ours.stride(), torchs.stride(), x.stride())
-    assert_close(ours.numpy(), exact.numpy(), "f32", 4 * 4 ** rank)
+    assert_close(ours.numpy(), exact.numpy(), "f32", out_channels * 4 ** rank)
+
+
+@pytest.mark.parametrize("stride, dilation, padding, output_padding", [
+    (1, 2, 1, 1),  # below the dilation, not the stride: the op gets it as pads_end 0
+    (2, 3, 1, 2),  # pads_end 0 and output_padding 1
+    ((1, 2), (2, 1), (2, 0), (1, 1)),  # per dim: one taken from the pads, one as it is
+])
+def test_output_padding_below_the_dilation_as_torch_takes_it(stride, dilation, padding, output_padding):
+    """torch takes output_padding below the stride or the dilation, the op below the stride:
+    past the stride it reaches the op as less pads_end, with torch's shapes and values,
+    forward and backward."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 4, 5, 6, generator=gen)
+    w = torch.randn(4, 3, 3, 2, generator=gen)
+    b = torch.randn(3, generator=gen)
+    args = (stride, padding, output_padding, 1, dilation)
+    ours = [t.clone().requires_grad_() for t in (x, w, b)]
+    exact = [t.double().requires_grad_() for t in (x, w, b)]
+    got = oct.conv_transpose2d(*ours, *args)
+    want = torch.nn.functional.conv_transpose2d(*exact, *args)
+    assert got.shape == want.shape
+    g = torch.randn(want.shape, generator=gen)
+    got.backward(g)
+    want.backward(g.double())
+    assert_close(got.detach().numpy(), want.detach().numpy(), "f32", 4 * 6)
+    for mine, ref in zip(ours, exact):
+        assert_close(mine.grad.numpy(), ref.grad.numpy(), "f32", 2 * 5 * 6 * 3)
+
+
+def test_output_padding_past_what_the_op_can_give_is_a_clear_error():
+    """An output_padding below the dilation that adds positions past the full output beyond
+    what pads_end and the op's output_padding (below the stride) can give: a ValueError
+    naming the function, the arguments and the limit, not the op's message."""
+    x, w = torch.randn(1, 2, 4, 4), torch.randn(2, 2, 3, 3)
+    torch.nn.functional.conv_transpose2d(x, w, None, 1, 0, 1, 1, 2)  # torch computes it
+    with pytest.raises(ValueError, match=r"conv_transpose2d: output_padding=\(1, 1\) with padding=\(0, 0\) "
+                                         r"and stride=\(1, 1\) adds 1/1 positions past"):
+        oct.conv_transpose2d(x, w, None, 1, 0, 1, 1, 2)
 
 
 @pytest.mark.parametrize("weights_last", [False, True], ids=["w", "w_last"])

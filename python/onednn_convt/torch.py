@@ -171,22 +171,25 @@ def _forward_grads(calls: _Calls, ctx: Any, grad: Tensor) -> tuple[Optional[Tens
     """d src, d weight, d bias of dst = CT(src, weight) + bias."""
     src, weight = ctx.saved_tensors
     need_src, need_weight, need_bias = ctx.needs_input_grad[:3]
-    grad = _in_layout_of(grad, src, weight)
-    return (calls.bd(grad, weight) if need_src else None,
+    # d dst and d src laid out as the forward ran (see _forward_format)
+    fmt = _forward_format(src, weight)
+    grad = grad.contiguous(memory_format=fmt)
+    return (calls.bd(grad, weight).contiguous(memory_format=fmt) if need_src else None,
             calls.bw(src, grad, weight.shape) if need_weight else None,
             grad.sum(dim=(0, *range(2, grad.dim()))) if need_bias else None)  # False without a bias
 
 
-def _in_layout_of(grad: Tensor, src: Tensor, weight: Tensor) -> Tensor:
-    """``grad`` (d dst) laid out as the forward ran: channels-last where it ran on a
-    channels-last ``src`` (:func:`~onednn_convt.torch_run.channels_last`), else contiguous,
-    so that d src comes back in ``src``'s layout, as torch's own layer gives it (its backward
-    makes grad_output contiguous in the forward's memory format). A loss's gradient is
-    contiguous: in a channels_last DCGAN generator its output layer got the gradient so, its
-    d src came back NCHW beside a channels_last ReLU output, and the ReLU's backward on the
-    two layouts took 0.76 ms a call against 0.10 (AMD Zen4, f32, batch 16)."""
-    want = memory_format(src.dim() - 2) if channels_last(src, weight) else torch.contiguous_format
-    return grad.contiguous(memory_format=want)
+def _forward_format(src: Tensor, weight: Tensor) -> torch.memory_format:
+    """The memory format the forward ran in: channels-last on a channels-last ``src``
+    (:func:`~onednn_convt.torch_run.channels_last`), else contiguous. Its backward takes d dst
+    in it and gives d src in it, whatever the layout of the gradient that reaches it, as
+    torch's own layer does (its backward makes grad_output contiguous in the forward's memory
+    format). A loss's gradient is contiguous: in a channels_last DCGAN generator the output
+    layer's d src came back NCHW beside a channels_last ReLU output, and the ReLU's backward
+    over the two layouts took 0.76 ms a call against 0.10 (AMD Zen4, f32, batch 16). A d dst
+    dense in both layouts (one output channel) runs its BackwardData in the layout its own
+    strides say, so d src is brought to the forward's layout after it (a copy there only)."""
+    return memory_format(src.dim() - 2) if channels_last(src, weight) else torch.contiguous_format
 
 
 def _backward_data_grads(calls: _Calls, ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:

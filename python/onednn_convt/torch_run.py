@@ -40,7 +40,8 @@ class Geometry:
     """The attributes of one call, as the ops take them; equal (and hashed) by value, so
     that the op cache and the executors' signatures find it whoever built it."""
 
-    __slots__ = ("rank", "strides", "pads", "output_padding", "dilations", "groups", "_key", "_hash")
+    __slots__ = ("rank", "strides", "pads", "output_padding", "dilations", "groups", "pads_end", "op_output_padding",
+                 "_key", "_hash")
 
     def __init__(self, rank: int, stride: IntOrTuple, padding: IntOrTuple, output_padding: IntOrTuple,
                  groups: int, dilation: IntOrTuple, fn: str) -> None:
@@ -51,15 +52,39 @@ class Geometry:
         self.dilations = _tuple("dilation", dilation, rank, fn)
         self.groups = int(groups)
         for o, s, d in zip(self.output_padding, self.strides, self.dilations):
-            if not (o < s or o < d):  # torch's own rule, stricter than the spec's
+            if not (o < s or o < d):  # torch's own rule
                 msg = (
                     f"{fn}: argument 'output_padding' expected values smaller than either stride "
                     f"or dilation (as torch requires), got output_padding={self.output_padding}, "
                     f"stride={self.strides}, dilation={self.dilations}"
                 )
                 raise ValueError(msg)
+        self.pads_end, self.op_output_padding = self._ends(fn)
         self._key = (self.strides, self.pads, self.output_padding, self.dilations, self.groups)
         self._hash = hash(self._key)
+
+    def _ends(self, fn: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The op's pads_end and output_padding for torch's padding and output_padding.
+
+        torch takes output_padding below the stride or the dilation; the op (the spec: D6)
+        below the stride. An output position is the same sum of taps whichever of pads_end
+        and output_padding made room for it, so where torch's output_padding reaches the
+        stride the op gets it as less pads_end, and what the padding cannot give as
+        output_padding: the same output, the same gradients."""
+        ends, extra = [], []
+        for p, o, s in zip(self.pads, self.output_padding, self.strides):
+            take = 0 if o < s else min(o, p)
+            ends.append(p - take)
+            extra.append(o - take)
+        if any(o >= s for o, s in zip(extra, self.strides)):
+            msg = (
+                f"{fn}: output_padding={self.output_padding} with padding={self.pads} and stride="
+                f"{self.strides} adds {'/'.join(map(str, extra))} positions past the transposed "
+                f"convolution's full output, which oneDNN's ConvTranspose cannot give (at most stride - 1); "
+                f"expected output_padding - padding below the stride where output_padding reaches the stride"
+            )
+            raise ValueError(msg)
+        return tuple(ends), tuple(extra)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Geometry) and self._key == other._key
@@ -74,8 +99,8 @@ class Geometry:
 
     def attrs(self, data_format: str) -> dict[str, Any]:
         """The op's attributes for activations in ``data_format`` and torch's weights (IOX)."""
-        return dict(strides=self.strides, pads_begin=self.pads, pads_end=self.pads,
-                    dilations=self.dilations, output_padding=self.output_padding,
+        return dict(strides=self.strides, pads_begin=self.pads, pads_end=self.pads_end,
+                    dilations=self.dilations, output_padding=self.op_output_padding,
                     groups=self.groups, data_format=data_format, weights_format="IOX")
 
 
