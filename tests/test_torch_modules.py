@@ -364,8 +364,9 @@ def test_output_padding_past_what_the_op_can_give_is_a_clear_error():
     naming the function, the arguments and the limit, not the op's message."""
     x, w = torch.randn(1, 2, 4, 4), torch.randn(2, 2, 3, 3)
     torch.nn.functional.conv_transpose2d(x, w, None, 1, 0, 1, 1, 2)  # torch computes it
-    with pytest.raises(ValueError, match=r"conv_transpose2d: output_padding=\(1, 1\) with padding=\(0, 0\) "
-                                         r"and stride=\(1, 1\) adds 1/1 positions past"):
+    with pytest.raises(ValueError, match=r"conv_transpose2d: output_padding=\(1, 1\) with padding=\(0, 0\), "
+                                         r"stride=\(1, 1\) and dilation=\(2, 2\): in spatial dim 0 it adds 1 "
+                                         r"positions past .* \(at most stride - 1 = 0\)"):
         oct.conv_transpose2d(x, w, None, 1, 0, 1, 1, 2)
 
 

@@ -76,12 +76,14 @@ class Geometry:
             take = 0 if o < s else min(o, p)
             ends.append(p - take)
             extra.append(o - take)
-        if any(o >= s for o, s in zip(extra, self.strides)):
+        past = [i for i, (o, s) in enumerate(zip(extra, self.strides)) if o >= s]
+        if past:
+            i = past[0]
             msg = (
-                f"{fn}: output_padding={self.output_padding} with padding={self.pads} and stride="
-                f"{self.strides} adds {'/'.join(map(str, extra))} positions past the transposed "
-                f"convolution's full output, which oneDNN's ConvTranspose cannot give (at most stride - 1); "
-                f"expected output_padding - padding below the stride where output_padding reaches the stride"
+                f"{fn}: output_padding={self.output_padding} with padding={self.pads}, stride={self.strides} "
+                f"and dilation={self.dilations}: in spatial dim {i} it adds {extra[i]} positions past the "
+                f"transposed convolution's full output, which oneDNN's ConvTranspose cannot give (at most "
+                f"stride - 1 = {self.strides[i] - 1}); expected output_padding - padding below the stride there"
             )
             raise ValueError(msg)
         return tuple(ends), tuple(extra)
