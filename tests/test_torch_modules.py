@@ -403,6 +403,27 @@ def test_unsupported_arguments_are_clear_errors():
         oct.conv_transpose2d(torch.randn(1, 2, 4, 4), w.bfloat16())
 
 
+@pytest.mark.parametrize("kw, error, message", [
+    (dict(stride=-1), ValueError, "argument 'stride' expected positive values, got -1"),
+    (dict(stride=(2, 0)), ValueError, r"argument 'stride' expected positive values, got \(2, 0\)"),
+    (dict(dilation=0), ValueError, "argument 'dilation' expected positive values"),
+    (dict(padding=-1), ValueError, "argument 'padding' expected non-negative values"),
+    (dict(output_padding=(0, -1)), ValueError, "argument 'output_padding' expected non-negative values"),
+    (dict(groups=0), ValueError, "argument 'groups' expected a positive int, got 0"),
+    (dict(groups=1.0), TypeError, "argument 'groups' expected an int, got float"),
+    (dict(stride=2.0), TypeError, "argument 'stride' expected an int or a tuple of 2 ints, got float"),
+    (dict(stride=True), TypeError, "argument 'stride' expected an int or a tuple of 2 ints, got bool"),
+    (dict(padding=(1, "1")), TypeError, "argument 'padding' expected ints"),
+])
+def test_bad_attribute_values_name_the_argument(kw, error, message):
+    """Each attribute is checked before anything is derived from it (a negative stride once
+    surfaced as an output_padding limit of -2)."""
+    with pytest.raises(error, match="conv_transpose2d: " + message):
+        oct.conv_transpose2d(torch.randn(1, 2, 4, 4), torch.randn(2, 2, 3, 3), **kw)
+    x = np.int64(2)  # NumPy integers are integers
+    assert oct.conv_transpose2d(torch.randn(1, 2, 4, 4), torch.randn(2, 2, 3, 3), stride=x).shape == (1, 2, 9, 9)
+
+
 def test_copy_and_pickle_of_a_module():
     m = oct.ConvTranspose2d(2, 3, 3)
     m2 = copy.deepcopy(m)

@@ -17,8 +17,10 @@ Imported by :mod:`onednn_convt.torch` only: it imports torch.
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -28,12 +30,31 @@ from .ops import ConvTransposeBackwardWeights
 IntOrTuple = Union[int, Sequence[int]]
 
 
-def _tuple(name: str, value: IntOrTuple, rank: int, fn: str) -> tuple[int, ...]:
-    values = (value,) * rank if isinstance(value, int) else tuple(value)
-    if len(values) != rank or not all(isinstance(v, int) for v in values):
+def _tuple(name: str, value: IntOrTuple, rank: int, fn: str, least: int) -> tuple[int, ...]:
+    """``value`` (an int, or one per spatial dim) as ``rank`` ints of at least ``least``."""
+    if _is_int(value):
+        values: tuple[Any, ...] = (value,) * rank
+    elif isinstance(value, (tuple, list, torch.Size)):
+        values = tuple(value)
+    else:
+        msg = f"{fn}: argument '{name}' expected an int or a tuple of {rank} ints, got {type(value).__name__}"
+        raise TypeError(msg)
+    if not all(_is_int(v) for v in values):
+        msg = f"{fn}: argument '{name}' expected ints, got {value!r}"
+        raise TypeError(msg)
+    if len(values) != rank:
         msg = f"{fn}: argument '{name}' expected an int or {rank} ints, got {value!r}"
         raise ValueError(msg)
-    return values
+    if any(v < least for v in values):
+        bound = "positive" if least == 1 else "non-negative"
+        msg = f"{fn}: argument '{name}' expected {bound} values, got {value!r}"
+        raise ValueError(msg)
+    return tuple(int(v) for v in values)
+
+
+def _is_int(v: Any) -> bool:
+    """An integer (a NumPy one too), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 class Geometry:
@@ -46,10 +67,16 @@ class Geometry:
     def __init__(self, rank: int, stride: IntOrTuple, padding: IntOrTuple, output_padding: IntOrTuple,
                  groups: int, dilation: IntOrTuple, fn: str) -> None:
         self.rank = rank
-        self.strides = _tuple("stride", stride, rank, fn)
-        self.pads = _tuple("padding", padding, rank, fn)
-        self.output_padding = _tuple("output_padding", output_padding, rank, fn)
-        self.dilations = _tuple("dilation", dilation, rank, fn)
+        self.strides = _tuple("stride", stride, rank, fn, 1)
+        self.pads = _tuple("padding", padding, rank, fn, 0)
+        self.output_padding = _tuple("output_padding", output_padding, rank, fn, 0)
+        self.dilations = _tuple("dilation", dilation, rank, fn, 1)
+        if not _is_int(groups):
+            msg = f"{fn}: argument 'groups' expected an int, got {type(groups).__name__}"
+            raise TypeError(msg)
+        if groups < 1:
+            msg = f"{fn}: argument 'groups' expected a positive int, got {groups}"
+            raise ValueError(msg)
         self.groups = int(groups)
         for o, s, d in zip(self.output_padding, self.strides, self.dilations):
             if not (o < s or o < d):  # torch's own rule
@@ -106,8 +133,10 @@ class Geometry:
                     groups=self.groups, data_format=data_format, weights_format="IOX")
 
 
-#: :class:`Geometry` of hashable arguments, built once (a list argument raises TypeError)
-cached_geometry = functools.lru_cache(maxsize=256)(Geometry)
+#: :class:`Geometry` of hashable arguments, built once (a list argument raises TypeError);
+#: typed, so that stride=2.0 or True is not the cached Geometry of 2 or 1 (they equal them)
+#: but reaches the checks
+cached_geometry = functools.lru_cache(maxsize=256, typed=True)(Geometry)
 
 
 @functools.lru_cache(maxsize=256)
