@@ -14,6 +14,10 @@ its layout is ours and not the one autograd gives a leaf's ``.grad``) and checks
 - each gradient's values likewise, and its dtype;
 - the input's gradient in the input's layout (contiguous or channels_last) where the input
   is dense in one of them, as torch's layer gives it;
+- in some trials, torch.func transforms (:mod:`onednn_convt.torch_func`): ``jvp`` with
+  tangents on the input, weight and bias, and ``vmap`` over two inputs and two weights (the
+  vmapped weights run as groups), each against the same transform of torch's function in
+  float64;
 - an output_padding past the stride (torch takes it below the dilation too) that adds
   positions beyond the full output past what the op can give: a ValueError naming the
   function and the argument (``torch_run.Geometry``).
@@ -157,6 +161,9 @@ def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the ha
         tol = 4 * accuracy.tolerance(code, reductions[name])
         if not err <= tol:
             raise Failure(f"{what}: {name} off by {err:.3g} (allowed {tol:.3g})")
+    if rng.random() < 0.4:
+        _check_transforms(torch, oct, rng, what, code, rank, (x, w, b0), (strides, pads, out_pads, groups, dilations),
+                          reductions["output"])
     if need[0]:
         layout = _dense_layout(torch, x)
         got_layout = _dense_layout(torch, ours_grads[0])
@@ -164,3 +171,35 @@ def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the ha
             raise Failure(f"{what}: d src is {got_layout or 'not dense'} {tuple(ours_grads[0].stride())}, "
                           f"the input {layout} {tuple(x.stride())}")
     return what
+
+
+def _check_transforms(torch: Any, oct: Any, rng: np.random.Generator, what: str, code: str, rank: int,
+                      tensors: tuple[Any, Any, Any], attrs: tuple[Any, ...], reduction: int) -> None:
+    """jvp and vmap of ours against torch's function in float64 (see the module docstring)."""
+    x, w, b = tensors
+    dtype = x.dtype
+    ours = getattr(oct, f"conv_transpose{rank}d")
+    theirs = getattr(torch.nn.functional, f"conv_transpose{rank}d")
+    tx, tw = torch.randn(x.shape).to(dtype), torch.randn(w.shape).to(dtype)
+    tb = None if b is None else torch.randn(b.shape).to(dtype)
+    x2, w2 = torch.randn(x.shape).to(dtype), torch.randn(w.shape).to(dtype)
+
+    def jvp(fn: Any, dt: Any) -> Any:
+        # torch's make_dual refuses a primal with overlapping memory (a broadcast view)
+        primals = [(t if 0 not in t.stride() else t.contiguous()).to(dt) for t in (x, w) + (() if b is None else (b,))]
+        tangents = [t.to(dt) for t in (tx, tw) + (() if tb is None else (tb,))]
+        return torch.func.jvp(lambda *a: fn(a[0], a[1], a[2] if len(a) > 2 else None, *attrs),
+                              tuple(primals), tuple(tangents))[1]
+
+    def vmap(fn: Any, dt: Any) -> Any:
+        xs, ws = torch.stack([x, x2]).to(dt), torch.stack([w, w2]).to(dt)
+        return torch.func.vmap(lambda a, c: fn(a, c, None if b is None else b.to(dt), *attrs))(xs, ws)
+
+    for name, check, terms in (("jvp tangent", jvp, 3), ("vmap output", vmap, 1)):
+        got, want = check(ours, dtype), check(theirs, torch.float64)
+        if got.dtype != dtype or tuple(got.shape) != tuple(want.shape):
+            raise Failure(f"{what}: {name} is {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {dtype}")
+        err = accuracy.relative_error(got.detach().double().numpy(), want.detach().numpy())
+        tol = 4 * terms * accuracy.tolerance(code, reduction)
+        if not err <= tol:
+            raise Failure(f"{what}: {name} off by {err:.3g} (allowed {tol:.3g})")

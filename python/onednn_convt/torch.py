@@ -17,7 +17,9 @@ Layouts: torch's weight, (in_channels, out_channels/groups, k...), is the ops' I
 ``padding`` p crops p from both ends of each spatial dim (``pads_begin = pads_end = p``).
 CPU tensors of float32, bfloat16 and float16 only; ``padding_mode`` must be "zeros" (torch
 says the same of its own ConvTranspose). Gradients of any order run on the package's
-ops: each op's gradients are the other two.
+ops: each op's gradients are the other two. torch.func transforms (vmap, grad, jacrev,
+jacfwd, hessian, jvp) and forward-mode AD run on them too (:mod:`onednn_convt.torch_func`);
+the custom ops that torch.compile traces refuse forward-mode AD, whose tangents torch drops.
 
 Importing this module imports torch; the rest of the package never does.
 """
@@ -28,8 +30,9 @@ from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.autograd import forward_ad
 
-from . import shapes
+from . import shapes, torch_func
 from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
 from .torch_run import Geometry, IntOrTuple, cached_geometry, channels_last, from_nxc, memory_format, run
 
@@ -63,52 +66,109 @@ def _autocast(input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Te
 
 
 # Three autograd Functions, one per op; the gradients of each are the other two
-# (_forward_grads and its siblings below).
+# (_forward_grads and its siblings below), its forward-mode derivative and batching rule
+# the ops again (onednn_convt.torch_func). The forward takes no ctx and setup_context saves
+# what the gradients read, as torch.func's transforms require.
 class _Forward(torch.autograd.Function):
     """dst = ConvTranspose(src, weights) + bias."""
 
     @staticmethod
-    def forward(ctx: Any, src: Tensor, weight: Tensor, bias: Optional[Tensor], geometry: Geometry) -> Tensor:
-        ctx.save_for_backward(src, weight)
-        ctx.geometry = geometry
+    def forward(src: Tensor, weight: Tensor, bias: Optional[Tensor], geometry: Geometry) -> Tensor:
         return run(ConvTranspose, geometry, src, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        src, weight, _bias, geometry = inputs
+        _save(ctx, src, weight, geometry)
+        ctx.dst_shape = output.shape
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
         return (*_forward_grads(_Calls(ctx.geometry, traced=False), ctx, grad), None)
+
+    @staticmethod
+    def jvp(ctx: Any, d_src: Optional[Tensor], d_weight: Optional[Tensor], d_bias: Optional[Tensor],
+            _: None) -> Optional[Tensor]:
+        src, weight = ctx.saved_tensors
+        return torch_func.forward_tangent(_Calls(ctx.geometry, traced=False), src, weight, ctx.dst_shape,
+                                          d_src, d_weight, d_bias)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[Any, ...], src: Tensor, weight: Tensor, bias: Optional[Tensor],
+             geometry: Geometry) -> tuple[Tensor, Optional[int]]:
+        return torch_func.forward_vmap(_Calls(geometry, traced=False), info.batch_size, in_dims, src, weight, bias)
 
 
 class _BackwardData(torch.autograd.Function):
     """diff_src = ConvTransposeBackwardData(diff_dst, weights)."""
 
     @staticmethod
-    def forward(ctx: Any, diff_dst: Tensor, weight: Tensor, geometry: Geometry) -> Tensor:
-        ctx.save_for_backward(diff_dst, weight)
-        ctx.geometry = geometry
+    def forward(diff_dst: Tensor, weight: Tensor, geometry: Geometry) -> Tensor:
         return run(ConvTransposeBackwardData, geometry, diff_dst, weight)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        diff_dst, weight, geometry = inputs
+        _save(ctx, diff_dst, weight, geometry)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
         return (*_backward_data_grads(_Calls(ctx.geometry, traced=False), ctx, grad), None)
+
+    @staticmethod
+    def jvp(ctx: Any, d_diff_dst: Optional[Tensor], d_weight: Optional[Tensor], _: None) -> Optional[Tensor]:
+        diff_dst, weight = ctx.saved_tensors
+        return torch_func.backward_data_tangent(_Calls(ctx.geometry, traced=False), diff_dst, weight,
+                                                d_diff_dst, d_weight)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[Any, ...], diff_dst: Tensor, weight: Tensor,
+             geometry: Geometry) -> tuple[Tensor, Optional[int]]:
+        return torch_func.backward_data_vmap(_Calls(geometry, traced=False), info.batch_size, in_dims,
+                                             diff_dst, weight)
 
 
 class _BackwardWeights(torch.autograd.Function):
     """diff_weights = ConvTransposeBackwardWeights(src, diff_dst), IOX."""
 
     @staticmethod
-    def forward(ctx: Any, src: Tensor, diff_dst: Tensor, geometry: Geometry, shape: tuple[int, ...]) -> Tensor:
-        ctx.save_for_backward(src, diff_dst)
-        ctx.geometry = geometry
+    def forward(src: Tensor, diff_dst: Tensor, geometry: Geometry, shape: tuple[int, ...]) -> Tensor:
         return run(ConvTransposeBackwardWeights, geometry, src, diff_dst, weights_shape=shape)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        src, diff_dst, geometry, ctx.shape = inputs
+        _save(ctx, src, diff_dst, geometry)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
         return (*_backward_weights_grads(_Calls(ctx.geometry, traced=False), ctx, grad), None, None)
 
+    @staticmethod
+    def jvp(ctx: Any, d_src: Optional[Tensor], d_diff_dst: Optional[Tensor], _: None, __: None) -> Optional[Tensor]:
+        src, diff_dst = ctx.saved_tensors
+        return torch_func.backward_weights_tangent(_Calls(ctx.geometry, traced=False), src, diff_dst, ctx.shape,
+                                                   d_src, d_diff_dst)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[Any, ...], src: Tensor, diff_dst: Tensor, geometry: Geometry,
+             shape: tuple[int, ...]) -> tuple[Tensor, Optional[int]]:
+        return torch_func.backward_weights_vmap(_Calls(geometry, traced=False), info.batch_size, in_dims,
+                                                src, diff_dst, shape)
+
+
+def _save(ctx: Any, first: Tensor, second: Tensor, geometry: Geometry) -> None:
+    """What a Function's backward and jvp read: its two tensor inputs and its geometry. The
+    jvp's copy only where a forward-mode level is open (torch.func.jvp opens one too)."""
+    ctx.save_for_backward(first, second)
+    if forward_ad._current_level >= 0:
+        ctx.save_for_forward(first, second)
+    ctx.geometry = geometry
+
 
 # torch's C apply (``torch._C._FunctionBase.apply``), which ``Function.apply`` calls after
-# two steps in Python: binding default arguments (only for a Function with a setup_context;
-# these three have none) and, where no functorch transform is active, unwrapping tensors that
+# two steps in Python: binding default arguments (a Function with a setup_context; these three
+# are given every argument) and, where no functorch transform is active, unwrapping tensors that
 # outlived their transform. ``_apply`` takes the second step itself, with torch's own C
 # unwrap, and calls the C apply: a recorded call of the tiny layer took 8.1 us against 8.8
 # (on an AMD Zen5). Under an active functorch transform, or on a torch that lacks one of
@@ -119,6 +179,8 @@ _TRANSFORMS_ACTIVE: Any = getattr(torch._C, "_are_functorch_transforms_active", 
 _DIRECT: dict[type[torch.autograd.Function], Any] = (
     {fn: _C_APPLY.__get__(None, fn) for fn in (_Forward, _BackwardData, _BackwardWeights)}
     if _C_APPLY is not None and _UNWRAP is not None and _TRANSFORMS_ACTIVE is not None else {})
+if _TRANSFORMS_ACTIVE is None:  # a torch without functorch: no transform is ever active
+    _TRANSFORMS_ACTIVE = bool
 
 
 def _apply(fn: type[torch.autograd.Function], first: Tensor, second: Tensor, third: Any, *rest: Any) -> Tensor:
@@ -145,11 +207,14 @@ class _Calls:
         self.geometry = geometry
         self.traced = traced
 
-    def ct(self, x: Tensor, w: Tensor) -> Tensor:
+    def with_geometry(self, geometry: Geometry) -> "_Calls":
+        return _Calls(geometry, self.traced)
+
+    def ct(self, x: Tensor, w: Tensor, bias: Optional[Tensor] = None) -> Tensor:
         if self.traced:
-            out: Tensor = conv_transpose_op(x, w, None, *self.geometry.lists())
+            out: Tensor = conv_transpose_op(x, w, bias, *self.geometry.lists())
             return out
-        return _apply(_Forward, x, w, None, self.geometry)
+        return _apply(_Forward, x, w, bias, self.geometry)
 
     def bd(self, g: Tensor, w: Tensor) -> Tensor:
         if self.traced:
@@ -221,6 +286,7 @@ def conv_transpose_op(src: Tensor, weight: Tensor, bias: Optional[Tensor], strid
     """``torch.ops.onednn_convt.conv_transpose``: :class:`~onednn_convt.ConvTranspose` on
     src (N, C_in, X...) NCX or channels_last, weight (C_in, C_out/groups, k...) and an
     optional bias (C_out,); the result (N, C_out, X'...) laid out as src."""
+    _refuse_forward_ad("conv_transpose")
     g = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose")
     return run(ConvTranspose, g, src, weight, bias)
 
@@ -231,6 +297,7 @@ def backward_data_op(diff_dst: Tensor, weight: Tensor, stride: _Ints, padding: _
     """``torch.ops.onednn_convt.conv_transpose_backward_data``:
     :class:`~onednn_convt.ConvTransposeBackwardData`, the gradient of the input (N, C_in, X...)
     from diff_dst (N, C_out, X'...), laid out as diff_dst."""
+    _refuse_forward_ad("conv_transpose_backward_data")
     g = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_data")
     return run(ConvTransposeBackwardData, g, diff_dst, weight)
 
@@ -241,8 +308,21 @@ def backward_weights_op(src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stri
     """``torch.ops.onednn_convt.conv_transpose_backward_weights``:
     :class:`~onednn_convt.ConvTransposeBackwardWeights`, the weight gradient
     (C_in, C_out/groups, k...), contiguous."""
+    _refuse_forward_ad("conv_transpose_backward_weights")
     g = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_weights")
     return run(ConvTransposeBackwardWeights, g, src, diff_dst, weights_shape=tuple(weight_shape))
+
+
+def _refuse_forward_ad(op: str) -> None:
+    """Raise where a forward-mode AD level is open (torch.func.jvp, jacfwd, dual tensors of
+    torch.autograd.forward_ad): torch does not carry tangents through custom ops (it runs
+    their kernel and drops them), so the result's tangent would be silently wrong. The
+    functions and modules of this module carry them in eager mode."""
+    if forward_ad._current_level >= 0:
+        msg = (f"torch.ops.onednn_convt.{op}: forward-mode AD (torch.func.jvp, jacfwd, "
+               "torch.autograd.forward_ad) does not reach torch custom ops, whose tangents torch drops; "
+               "call onednn_convt.torch's conv_transpose1d/2d/3d or modules outside torch.compile instead")
+        raise RuntimeError(msg)
 
 
 def _like(activation: Tensor, weight: Tensor, shape: Sequence[Any]) -> Tensor:
@@ -316,6 +396,33 @@ backward_data_op.register_autograd(_backward_data_backward, setup_context=_backw
 backward_weights_op.register_autograd(_backward_weights_backward, setup_context=_backward_weights_setup)
 
 
+def _traced(stride: _Ints, padding: _Ints, output_padding: _Ints, groups: int, dilation: _Ints) -> _Calls:
+    return _Calls(Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose"),
+                  traced=True)
+
+
+# torch.vmap of the custom ops: the batching rules of the Functions (onednn_convt.torch_func)
+@conv_transpose_op.register_vmap
+def _(info: Any, in_dims: tuple[Any, ...], src: Tensor, weight: Tensor, bias: Optional[Tensor], stride: _Ints,
+      padding: _Ints, output_padding: _Ints, groups: int, dilation: _Ints) -> tuple[Tensor, Optional[int]]:
+    calls = _traced(stride, padding, output_padding, groups, dilation)
+    return torch_func.forward_vmap(calls, info.batch_size, in_dims, src, weight, bias)
+
+
+@backward_data_op.register_vmap
+def _(info: Any, in_dims: tuple[Any, ...], diff_dst: Tensor, weight: Tensor, stride: _Ints, padding: _Ints,
+      output_padding: _Ints, groups: int, dilation: _Ints) -> tuple[Tensor, Optional[int]]:
+    calls = _traced(stride, padding, output_padding, groups, dilation)
+    return torch_func.backward_data_vmap(calls, info.batch_size, in_dims, diff_dst, weight)
+
+
+@backward_weights_op.register_vmap
+def _(info: Any, in_dims: tuple[Any, ...], src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stride: _Ints,
+      padding: _Ints, output_padding: _Ints, groups: int, dilation: _Ints) -> tuple[Tensor, Optional[int]]:
+    calls = _traced(stride, padding, output_padding, groups, dilation)
+    return torch_func.backward_weights_vmap(calls, info.batch_size, in_dims, src, diff_dst, weight_shape)
+
+
 def _conv_transpose(
     rank: int, fn: str, input: Tensor, weight: Tensor, bias: Optional[Tensor], stride: IntOrTuple,
     padding: IntOrTuple, output_padding: IntOrTuple, groups: int, dilation: IntOrTuple,
@@ -354,9 +461,13 @@ def _conv_transpose(
         traced: Tensor = conv_transpose_op(input, weight, bias, *geometry.lists())
         return traced
     if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
-                                    or (bias is not None and bias.requires_grad)):
+                                    or (bias is not None and bias.requires_grad)) \
+            or forward_ad._current_level >= 0 or _TRANSFORMS_ACTIVE():
+        # a gradient to record, or what only the Function handles though nothing requires a
+        # gradient: a forward-mode AD level (dual tensors, torch.func.jvp) or a torch.func
+        # transform (vmap, grad...)
         return _apply(_Forward, input, weight, bias, geometry)
-    return run(ConvTranspose, geometry, input, weight, bias)  # no gradient to record: no Function
+    return run(ConvTranspose, geometry, input, weight, bias)  # nothing to record: no Function
 
 
 def _tensor_error(fn: str, input: Any, weight: Any, bias: Any) -> None:

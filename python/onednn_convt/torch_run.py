@@ -121,6 +121,12 @@ class Geometry:
     def __hash__(self) -> int:
         return self._hash
 
+    def with_groups(self, groups: int) -> "Geometry":
+        """The same attributes with ``groups`` groups (the batching rules of
+        :mod:`onednn_convt.torch_func` fold a vmapped dim into the groups)."""
+        return Geometry(self.rank, self.strides, self.pads, self.output_padding, groups, self.dilations,
+                        "conv_transpose")
+
     def lists(self) -> tuple[list[int], list[int], list[int], int, list[int]]:
         """stride, padding, output_padding, groups, dilation: the custom ops' arguments."""
         return (list(self.strides), list(self.pads), list(self.output_padding), self.groups,
