@@ -200,3 +200,30 @@ def test_custom_op_refuses_forward_mode_ad():
         with fwAD.dual_level():
             f(fwAD.make_dual(x, torch.ones_like(x)))
     f(x)  # outside forward-mode AD it runs
+
+
+def test_transforms_around_and_inside_torch_compile():
+    """As the torch guide says: jvp of a compiled function (Dynamo runs it eagerly; with
+    fullgraph=True it refuses) and vmap inside a compiled one are right; grad inside one is
+    a loud error (torch's, from its custom-op autograd)."""
+    ours, theirs, x, w, b = setup(GEOMETRIES[1], seed=11)
+    xs, ws, t = x[0], w[0], torch.randn(x[0].shape)
+    compiled = torch.compile(lambda a: ours(a, ws, None), backend="aot_eager")  # Dynamo runs it eagerly
+    got = func.jvp(compiled, (xs,), (t,))[1]
+    close(got, func.jvp(lambda a: theirs(a, ws.double(), None), (xs.double(),), (t.double(),))[1])
+    with pytest.raises(Exception, match="functorch"):
+        fullgraph = torch.compile(lambda a: ours(a, ws, None), backend="aot_eager", fullgraph=True)
+        func.jvp(fullgraph, (xs,), (t,))
+    got = torch.compile(func.vmap(lambda a: ours(a, ws, None)), backend="aot_eager")(x)
+    close(got, func.vmap(lambda a: theirs(a, ws.double(), None))(x.double()))
+    with pytest.raises(Exception, match="setup_context|fake tensor"):
+        torch.compile(func.grad(lambda a: ours(a, ws, None).sum()), backend="aot_eager")(xs)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="torch 2.13 drops custom ops' tangents when torch.compile traces "
+                   "torch.func.jvp (see docs/guide/torch.md); strict: passing means torch fixed it")
+def test_jvp_inside_torch_compile_is_torchs_known_zero_tangent():
+    ours, theirs, x, w, b = setup(GEOMETRIES[1], seed=12)
+    xs, ws, t = x[0], w[0], torch.randn(x[0].shape)
+    got = torch.compile(lambda a: func.jvp(lambda c: ours(c, ws, None), (a,), (t,))[1], backend="aot_eager")(xs)
+    close(got, func.jvp(lambda a: theirs(a, ws.double(), None), (xs.double(),), (t.double(),))[1])
