@@ -708,6 +708,56 @@ def test_int8_quantize_zero_point_survives_a_split_off_binary_post_op(oc_: int) 
     assert op.guard == want and op.fused is (want is None), op.lowering
 
 
+def test_int8_compensation_in_rows_past_the_full_output_is_right() -> None:
+    """The rows past the full output (a height output_padding above its pads_end) are rows
+    no tap reaches too: with a src zero point, the last one came out as 9e3 where
+    Abs(bias) = 0.18 is right (the fused fuzzer, AMD Zen4). Such calls run unfused; with an
+    overhang of one row, none, or zero point 0, the same call stays fused."""
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 256, (1, 34, 10, 4)).astype(np.uint8)
+    w = rng.integers(-128, 128, (3, 2, 6, 34)).astype(np.int8)
+    bias = rng.uniform(-1, 1, 6).astype(np.float32)
+    for zp, output_padding, routed in ((35, (2, 0), True), (0, (2, 0), False), (35, (1, 0), False), (35, (0, 0), False)):
+        attrs = {"strides": (3, 3), "pads_begin": (2, 0), "pads_end": (0, 1), "output_padding": output_padding,
+                 "data_format": "NCX", "weights_format": "XOI"}
+        q = {"src_dequantize": Dequantize(scales=0.01, zps=zp), "weights_dequantize": Dequantize(scales=0.0018)}
+        for again in range(2):  # garbage differs from run to run
+            op = oc.ConvTranspose(**attrs, post_ops=["Abs"], **q)
+            got = op(x, w, bias)
+            ref = reference.fused_conv_transpose(x, w, bias, post_ops=[PostOp("Abs")], **q, **attrs)
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+        want = ("int8_without_vnni" if not INT8_FUSES else "int8_compensation_in_tapless_rows" if routed else None)
+        assert op.guard == want and op.fused is (want is None), (zp, output_padding, op.lowering)
+
+
+@pytest.mark.parametrize("after", ["Multiply", "Maximum", "ReLU", None])
+@pytest.mark.parametrize("sum_zp", [4, 0])
+def test_int8_sum_zero_point_then_a_binary_post_op_is_right(sum_zp: int, after: str | None) -> None:
+    """The library's sum of a dequantized u8 tensor with a zero point, then a binary
+    post-op: oneDNN 3.2's fused kernel got up to 12 quantization steps wrong (the fused
+    fuzzer, AMD Zen4). Such calls run unfused; zero point 0, a unary post-op after the sum
+    or none stay fused."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, (2, 16, 7)).astype(np.uint8)
+    w = rng.integers(-128, 128, (16, 12, 3)).astype(np.int8)
+    chain = [PostOp("Add", dequantize=Dequantize(scales=0.25, zps=sum_zp))]
+    operands = [rng.integers(0, 256, (2, 12, 9)).astype(np.uint8)]
+    if after is not None:
+        chain.append(PostOp(after))
+        if chain[-1].is_binary:
+            operands.append(rng.uniform(-2, 2, (1, 1, 9)).astype(np.float32))
+    q = {"src_dequantize": Dequantize(scales=0.01), "weights_dequantize": Dequantize(scales=0.01),
+         "dst_quantize": Quantize(scales=0.5, zps=5, dtype="u8")}
+    attrs = {"data_format": "NCX", "weights_format": "IOX"}
+    op = oc.ConvTranspose(**attrs, post_ops=chain, **q)
+    got = op(x, w, None, *operands).astype(np.float64)
+    ref = reference.fused_conv_transpose(x, w, None, operands, post_ops=chain, **q, **attrs)
+    assert np.abs(got - ref).max() <= 1  # one quantization step: rounding of a value at a half
+    routed = sum_zp != 0 and after in ("Multiply", "Maximum")
+    want = ("int8_without_vnni" if not INT8_FUSES else "int8_sum_zero_point_before_binary" if routed else None)
+    assert op.guard == want and op.fused is (want is None), (sum_zp, after, op.lowering)
+
+
 def test_int8_compensation_where_no_tap_reaches_the_width_is_right() -> None:
     """Taps that all fall in the pads or between dilated taps along the width (k2 d2 pads
     1/1 over one src column): with a src zero point, brgconv returned garbage (1e6) for OC
