@@ -758,6 +758,44 @@ def test_int8_sum_zero_point_then_a_binary_post_op_is_right(sum_zp: int, after: 
     assert op.guard == want and op.fused is (want is None), (sum_zp, after, op.lowering)
 
 
+@pytest.mark.parametrize("zp, width, routed", [(5, 5, True), (0, 5, False), (5, 4, False)])
+def test_int8_src_zero_point_with_a_wide_kernel_is_right(zp: int, width: int, routed: bool) -> None:
+    """A src zero point with a kernel 5 or more wide: oneDNN 3.2's brgconv got most of dst
+    wrong in some shapes (k5 pads 4/0 over 12 columns, OC 64; the fused fuzzer, AMD Zen4).
+    Such calls run unfused; without the zero point, or 4 wide, they stay fused."""
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 256, (1, 16, 12)).astype(np.uint8)
+    w = rng.integers(-128, 128, (16, 64, width)).astype(np.int8)
+    attrs = {"pads_begin": (width - 1,), "pads_end": (0,), "data_format": "NCX", "weights_format": "IOX"}
+    q = {"src_dequantize": Dequantize(scales=0.01, zps=zp), "weights_dequantize": Dequantize(scales=0.0055)}
+    op = oc.ConvTranspose(**attrs, **q)
+    np.testing.assert_allclose(op(x, w), reference.fused_conv_transpose(x, w, **q, **attrs), rtol=1e-5, atol=1e-3)
+    want = ("int8_without_vnni" if not INT8_FUSES else "int8_src_zero_point_wide_kernel" if routed else None)
+    assert op.guard == want and op.fused is (want is None), op.lowering
+
+
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])  # in this order: see the docstring
+def test_int8_one_dst_position_with_a_binary_post_op_is_right(data_format: str) -> None:
+    """Every dst spatial size 1, a binary post-op: compiled first as NCX, oneDNN 3.2 fell
+    back to its avx2 kernel, which saturates where the CPU lacks AVX-VNNI (4 of 37 values
+    wrong on an AMD Zen4), and an NXC call compiled after it reused that kernel. Such calls
+    run unfused in both layouts where that fallback is possible (NCX first here)."""
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 256, (1, 16, 1, 1) if data_format == "NCX" else (1, 1, 1, 16)).astype(np.uint8)
+    w = rng.integers(-128, 128, (16, 37, 3, 3)).astype(np.int8)
+    other = rng.uniform(-2, 2, (1, 37, 1, 1) if data_format == "NCX" else (1, 1, 1, 37)).astype(np.float32)
+    attrs = {"pads_begin": (1, 1), "pads_end": (1, 1), "data_format": data_format, "weights_format": "IOX"}
+    q = {"src_dequantize": Dequantize(scales=0.01, zps=3), "weights_dequantize": Dequantize(scales=0.01),
+         "dst_quantize": Quantize(scales=0.5, zps=5, dtype="u8")}
+    op = oc.ConvTranspose(**attrs, post_ops=["Multiply"], **q)
+    got = op(x, w, None, other).astype(np.float64)
+    ref = reference.fused_conv_transpose(x, w, None, [other], post_ops=[PostOp("Multiply")], **q, **attrs)
+    assert np.abs(got - ref).max() <= 1  # one quantization step: rounding of a value at a half
+    want = ("int8_without_vnni" if not INT8_FUSES else
+            "int8_single_position_binary" if ISA in INT8_SUM_AFTER_POST_OP else None)
+    assert op.guard == want and op.fused is (want is None), op.lowering
+
+
 def test_int8_compensation_where_no_tap_reaches_the_width_is_right() -> None:
     """Taps that all fall in the pads or between dilated taps along the width (k2 d2 pads
     1/1 over one src column): with a src zero point, brgconv returned garbage (1e6) for OC

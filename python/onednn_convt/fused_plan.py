@@ -268,6 +268,30 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         unfused, guard = True, "int8_sum_after_post_op"
         reason = (f"oneDNN 3.2 runs an int8 sum after another post-op on its avx2 kernel without "
                   f"VNNI (dispatch ISA {isa}), which saturates u8 x s8 products")
+    elif isa and f.src_dequantize is not None and f.src_dequantize.has_zero_points and kernel[-1] >= 5:
+        # A src zero point with a kernel 5 or more wide: oneDNN 3.2's brgconv
+        # (brg_conv:avx512_core_vnni) compensates the zero point wrongly in some shapes, most
+        # of dst off (k5 pads 4/0 over 12 columns, OC 64: 347 of 768). Found by the fused
+        # fuzzer (AMD Zen4, avx512_core_bf16); a scan there over pads, src widths 2-24 and OC
+        # 64/128 (u8 src, zero point 5): 0 of 1,334 wrong with kernel widths 1-4, 16 of 1,130
+        # at 5, 70 of 1,616 at 6, 75 of 2,184 at 7; 0 of 1,130 with a kernel height of 5 or a
+        # dilated width of 5 (k3 d2), 0 without the zero point (u8 or s8). Which shapes fail
+        # follows no rule measured (src width 12 but not 11 or 13): every such call, unfused.
+        unfused, guard = True, "int8_src_zero_point_wide_kernel"
+        reason = ("oneDNN 3.2's int8 brgconv compensates a src zero point wrongly in some shapes "
+                  "with a kernel 5 or more wide")
+    elif isa in INT8_SUM_AFTER_POST_OP and f.binary and all(
+            d == 1 for d in (out_shape[2:] if op.attrs["data_format"] == "NCX" else out_shape[1:-1])):
+        # A dst with one position per channel (every spatial size 1) and a binary post-op:
+        # compiled first as NCX, the AVX-512 kernels refuse it and oneDNN 3.2 falls back to
+        # jit_uni_int8:avx2, the saturating kernel of int8_without_vnni where the CPU lacks
+        # AVX-VNNI (an AMD Zen4: 4 of 37 values off by up to 6 steps in the fused fuzzer's
+        # case, ONEDNN_VERBOSE naming the kernel). The same call as NXC got brgconv, right,
+        # when compiled first, and the avx2 kernel, wrong, after the NCX one (the two layouts
+        # are one memory here, and the library reuses the kernel). Any layout and batch, unfused.
+        unfused, guard = True, "int8_single_position_binary"
+        reason = ("oneDNN 3.2 runs an int8 call with one dst position per channel and a binary "
+                  "post-op on its avx2 kernel without VNNI, which saturates")
     elif isa and (schema.per_dim(name, "output_padding", op.attrs["output_padding"], spatial)[-1]
                   > op._geometry(spatial, kernel).pads_end[-1]):
         # oneDNN 3.2's int8 deconvolution kernels (jit_deconvolution:avx512_core_vnni, the
