@@ -403,9 +403,10 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         # post-op (Multiply, Add, Maximum, Minimum of any broadcast): oneDNN 3.2's fused int8
         # kernels get up to 12 quantization steps wrong in part of dst (a third to a half of
         # the elements of a k3 1-D problem). Found by the fused fuzzer (AMD Zen4,
-        # avx512_core_bf16: 2 of 1,500 trials); in a scan there, 0 of 24 calls wrong with the
-        # sum's zero point 0 or with unary post-ops after it, every one of 16 with a
-        # zero point and a Multiply after it, whatever the src zero point. Unfused, unless
+        # avx512_core_bf16: 2 of 1,500 trials); in a scan there (6 seeds each), all 8
+        # configurations with a zero point and a Multiply after the sum wrong, whatever the
+        # src and dst zero points, none of 24 with the sum's zero point 0 or nothing after it,
+        # none with ReLU, Abs or LeakyReLU after it. Unfused, unless
         # the int8 op runs alone with the rest after it (staged above: no fused sum).
         unfused, guard = True, "int8_sum_zero_point_before_binary"
         reason = ("oneDNN 3.2 applies a fused int8 sum's zero point wrongly when a binary post-op "
