@@ -221,6 +221,8 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     kernel = shapes.split_weights(w.shape, op.attrs["weights_format"])[2]
     spatial = len(kernel)
     strides = schema.per_dim(name, "strides", op.attrs["strides"], spatial)
+    geometry = op._geometry(spatial, kernel)  # resolved pads (auto_pad) and dilations
+    output_padding = schema.per_dim(name, "output_padding", op.attrs["output_padding"], spatial)
     guarded = bool(guards.stride_not_below_kernel(code, kernel, strides))
     guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name if guarded else None
     plan_args = dict(op=op, fusion=f, out_dtype=out_dtype, operand_shapes=tuple(operand_shapes),
@@ -292,8 +294,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         unfused, guard = True, "int8_single_position_binary"
         reason = ("oneDNN 3.2 runs an int8 call with one dst position per channel and a binary "
                   "post-op on its avx2 kernel without VNNI, which saturates")
-    elif isa and (schema.per_dim(name, "output_padding", op.attrs["output_padding"], spatial)[-1]
-                  > op._geometry(spatial, kernel).pads_end[-1]):
+    elif isa and output_padding[-1] > geometry.pads_end[-1]:
         # oneDNN 3.2's int8 deconvolution kernels (jit_deconvolution:avx512_core_vnni, the
         # x8s8s32x kernel, and jit_uni_int8:avx2_vnni) drop the taps of the last src
         # column(s) where the width's output_padding exceeds its pads_end (the library's right
@@ -309,10 +310,9 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         reason = ("oneDNN 3.2's int8 deconvolution drops the last src taps where output_padding "
                   "exceeds pads_end")
     elif isa and (src.dtype == np.int8 or (f.src_dequantize is not None and f.src_dequantize.has_zero_points)) and any(
-            st > d * (k - 1) + 1 or o - e > 1 for st, k, d, o, e in zip(
-                strides[:-1], kernel[:-1], op._geometry(spatial, kernel).dilations,
-                schema.per_dim(name, "output_padding", op.attrs["output_padding"], spatial)[:-1],
-                op._geometry(spatial, kernel).pads_end[:-1])):
+            st > d * (k - 1) + 1 or o - e > 1
+            for st, k, d, o, e in zip(strides[:-1], kernel[:-1], geometry.dilations, output_padding[:-1],
+                                      geometry.pads_end[:-1])):
         # The same kernels compute the compensation of an s8 src (the library shifts it to u8
         # and subtracts 128 x the weights' sums) and of a src zero point per output row; in a
         # depth or height dim whose stride exceeds the dilated kernel, the rows no tap reaches

@@ -287,7 +287,7 @@ def conv_transpose_op(src: Tensor, weight: Tensor, bias: Optional[Tensor], strid
     src (N, C_in, X...) NCX or channels_last, weight (C_in, C_out/groups, k...) and an
     optional bias (C_out,); the result (N, C_out, X'...) laid out as src."""
     _refuse_forward_ad("conv_transpose")
-    g = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose")
+    g = _geometry(stride, padding, output_padding, groups, dilation, "conv_transpose")
     return run(ConvTranspose, g, src, weight, bias)
 
 
@@ -298,7 +298,7 @@ def backward_data_op(diff_dst: Tensor, weight: Tensor, stride: _Ints, padding: _
     :class:`~onednn_convt.ConvTransposeBackwardData`, the gradient of the input (N, C_in, X...)
     from diff_dst (N, C_out, X'...), laid out as diff_dst."""
     _refuse_forward_ad("conv_transpose_backward_data")
-    g = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_data")
+    g = _geometry(stride, padding, output_padding, groups, dilation, "conv_transpose_backward_data")
     return run(ConvTransposeBackwardData, g, diff_dst, weight)
 
 
@@ -309,8 +309,14 @@ def backward_weights_op(src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stri
     :class:`~onednn_convt.ConvTransposeBackwardWeights`, the weight gradient
     (C_in, C_out/groups, k...), contiguous."""
     _refuse_forward_ad("conv_transpose_backward_weights")
-    g = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose_backward_weights")
+    g = _geometry(stride, padding, output_padding, groups, dilation, "conv_transpose_backward_weights")
     return run(ConvTransposeBackwardWeights, g, src, diff_dst, weights_shape=tuple(weight_shape))
+
+
+def _geometry(stride: _Ints, padding: _Ints, output_padding: _Ints, groups: int, dilation: _Ints,
+              fn: str = "conv_transpose") -> Geometry:
+    """The Geometry of a custom op's list arguments (``fn`` names the op in its errors)."""
+    return Geometry(len(stride), stride, padding, output_padding, groups, dilation, fn)
 
 
 def _refuse_forward_ad(op: str) -> None:
@@ -360,7 +366,7 @@ def _setup(ctx: Any, first: Tensor, second: Tensor, geometry: Sequence[Any]) -> 
     (stride, padding, output_padding, groups, dilation)."""
     ctx.save_for_backward(first, second)
     stride, padding, output_padding, groups, dilation = geometry
-    ctx.geometry = Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose")
+    ctx.geometry = _geometry(stride, padding, output_padding, groups, dilation)
 
 
 def _forward_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -397,8 +403,7 @@ backward_weights_op.register_autograd(_backward_weights_backward, setup_context=
 
 
 def _traced(stride: _Ints, padding: _Ints, output_padding: _Ints, groups: int, dilation: _Ints) -> _Calls:
-    return _Calls(Geometry(len(stride), stride, padding, output_padding, groups, dilation, "conv_transpose"),
-                  traced=True)
+    return _Calls(_geometry(stride, padding, output_padding, groups, dilation), traced=True)
 
 
 # torch.vmap of the custom ops: the batching rules of the Functions (onednn_convt.torch_func)
