@@ -364,9 +364,8 @@ def _(src: Tensor, diff_dst: Tensor, weight_shape: _Ints, stride: _Ints, padding
 def _setup(ctx: Any, first: Tensor, second: Tensor, geometry: Sequence[Any]) -> None:
     """What each custom op's backward reads: its two tensor inputs and its geometry
     (stride, padding, output_padding, groups, dilation)."""
-    ctx.save_for_backward(first, second)
     stride, padding, output_padding, groups, dilation = geometry
-    ctx.geometry = _geometry(stride, padding, output_padding, groups, dilation)
+    _save(ctx, first, second, _geometry(stride, padding, output_padding, groups, dilation))
 
 
 def _forward_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:

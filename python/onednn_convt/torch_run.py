@@ -20,7 +20,6 @@ import functools
 import numbers
 from typing import Any, Optional, Sequence, Union
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,8 +52,8 @@ def _tuple(name: str, value: IntOrTuple, rank: int, fn: str, least: int) -> tupl
 
 
 def _is_int(v: Any) -> bool:
-    """An integer (a NumPy one too), not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+    """An integer (a NumPy one too), not a bool (NumPy's bool is no Integral)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 class Geometry:
