@@ -150,7 +150,7 @@ def test_off_means_the_rules(tuning):
 
 
 @pytest.mark.parametrize("read_at", ["set_autotune", "first call"])
-@pytest.mark.parametrize("content", ["{not json", '{"format": 99, "contexts": {}}', "[1, 2]",
+@pytest.mark.parametrize("content", ["{not json", '{"format": 99, "contexts": {}}', "[1, 2]", "[" * 100_000,
                                      '{"format": 1, "contexts": {"c": {"k": {"name": 3}}}}',
                                      *(f'{{"format": 1, "contexts": {{"c": {{"k": {{"name": "a", "candidates": ["a"], '
                                        f'"times_us": {{"a": 1}}, {bad}}}}}}}}}'

@@ -163,11 +163,26 @@ def test_compare_with_itself(tiny_run: dict) -> None:
     assert lines[-1].startswith("geomean speed-up 1.00x over 18")
 
 
-def test_compare_rejects_other_json(tmp_path) -> None:
+@pytest.mark.parametrize("content", ['{"a": 1}', "[" * 100_000, "{not json", '{"results": [1, 2]}',
+                                     '{"results": [{"key": "k", "median_ms": "3"}]}',
+                                     '{"results": [{"key": 7, "median_ms": 3}]}',
+                                     '{"results": [{"key": "k", "median_ms": NaN}]}', None])
+def test_compare_rejects_what_it_cannot_compare(tmp_path, content) -> None:
     bad = tmp_path / "x.json"
-    bad.write_text('{"a": 1}')
-    with pytest.raises(ValueError, match="--compare"):
+    if content is not None:  # None: no such file
+        bad.write_text(content)
+    with pytest.raises(ValueError, match="--compare .*expected a JSON result file"):
         report.read_json(bad)
+
+
+def test_bench_refuses_a_bad_compare_file_before_measuring(tmp_path, capsys, monkeypatch) -> None:
+    from onednn_convt.bench import cli as bench_cli
+
+    monkeypatch.setattr(bench_cli, "measure_peak_for", lambda quick: pytest.fail("measured first"))
+    bad = tmp_path / "x.json"
+    bad.write_text('{"results": [{"key": 7}]}')
+    assert main(["bench", "--suite", "tiny", "--dtypes", "f32", "--compare", str(bad), "--out", str(tmp_path)]) == 2
+    assert "--compare" in capsys.readouterr().err
 
 
 def test_models_suite_is_the_issue_list() -> None:

@@ -62,9 +62,34 @@ def test_tune_layers_from_a_file(cache_dir, tmp_path):
     assert keys == ["custom/up/fwd/f32/NXC", "custom/up/fwd/bf16/NXC"]
 
 
-@pytest.mark.parametrize("content", ["{}", "[{\"name\": \"x\"}]", "not json"])
+@pytest.mark.parametrize("content", ["{}", "[{\"name\": \"x\"}]", "not json", "[" * 100_000])
 def test_a_malformed_layers_file_is_refused(cache_dir, tmp_path, capsys, content):
     layers = tmp_path / "layers.json"
     layers.write_text(content)
     assert cli.main(["tune", "--layers-json", str(layers)]) == 2
     assert "expected a JSON list of layers" in capsys.readouterr().err
+
+
+_GOOD = {"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4], "stride": 2, "pad": 1}
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"n": -1}, "expected positive values, got n = -1"),
+    ({"ic": 0}, "got ic = 0"),
+    ({"stride": 0}, "got stride = 0"),
+    ({"kernel": [4, 0]}, "got kernel (4, 0)"),
+    ({"pad": -1}, "expected pad >= 0"),
+    ({"spatial": [5]}, "spatial and kernel of the same length"),
+    ({"spatial": [], "kernel": []}, "spatial and kernel of the same length"),
+    ({"spatial": [5] * 4, "kernel": [4] * 4}, "spatial and kernel of the same length"),
+    ({"groups": 4, "oc": 6}, "divisible by groups = 4"),
+    ({"spatial": [2, 2], "pad": 9}, "non-empty output"),
+    ({"n": 10**5, "ic": 4000, "spatial": [500, 500]}, "expected at most the memory limit"),
+])
+def test_a_layer_that_is_no_problem_is_refused_before_tuning(cache_dir, tmp_path, capsys, change, why):
+    layers = tmp_path / "layers.json"
+    layers.write_text(json.dumps([_GOOD, {**_GOOD, "name": "bad", **change}]))
+    assert cli.main(["tune", "--layers-json", str(layers)]) == 2
+    err = capsys.readouterr().err
+    assert "layer 'bad'" in err and why in err
+    assert not (cache_dir / "autotune.json").exists()  # nothing tuned: the good layer waits too

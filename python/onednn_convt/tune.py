@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import arguments, cpu, guards
+from . import arguments, cpu, guards, limits, shapes
 from .bench import suites
 
 
@@ -79,13 +80,14 @@ def layers_from_json(path: Path) -> list[suites.Layer]:
     """The layers of a ``--layers-json`` file.
 
     Raises:
-        ValueError: the file is not a JSON list of layer objects.
+        ValueError: the file is not a JSON list of layer objects, or a layer is not a valid
+            forward problem whose float32 arrays fit in the memory limit.
     """
     try:
         items = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(items, list):
             raise TypeError("expected a list")
-        return [
+        layers = [
             suites.Layer(
                 str(d["name"]), int(d["n"]), int(d["ic"]), int(d["oc"]), tuple(int(v) for v in d["spatial"]),
                 tuple(int(v) for v in d["kernel"]), int(d.get("stride", 1)), int(d.get("pad", 0)),
@@ -93,9 +95,44 @@ def layers_from_json(path: Path) -> list[suites.Layer]:
             )
             for d in items
         ]
-    except (OSError, ValueError, TypeError, KeyError) as e:
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as e:
         msg = f"tune: --layers-json {path}: expected a JSON list of layers (name, n, ic, oc, spatial, kernel), got {e!r}"
         raise ValueError(msg) from None
+    for layer in layers:
+        why = _layer_problem(layer)
+        if why:
+            raise ValueError(f"tune: --layers-json {path}: layer {layer.name!r}: {why}")
+    return layers
+
+
+def _layer_problem(layer: suites.Layer) -> str:
+    """What makes ``layer`` no problem to tune ('' if nothing): a count below 1, a negative
+    pad, spatial and kernel of other lengths or outside 1-3 dims, channels that the groups do
+    not divide, an empty output, or arrays past the memory limit (f32, the largest op's)."""
+    counts = {"n": layer.n, "ic": layer.ic, "oc": layer.oc, "stride": layer.stride, "groups": layer.groups}
+    low = [f"{k} = {v}" for k, v in counts.items() if v < 1]
+    low += [f"spatial {layer.spatial}"] if min(layer.spatial, default=1) < 1 else []
+    low += [f"kernel {layer.kernel}"] if min(layer.kernel, default=1) < 1 else []
+    if low:
+        return f"expected positive values, got {', '.join(low)}"
+    if layer.pad < 0:
+        return f"expected pad >= 0, got {layer.pad}"
+    if not 1 <= len(layer.spatial) <= 3 or len(layer.kernel) != len(layer.spatial):
+        return f"expected spatial and kernel of the same length, 1 to 3, got {layer.spatial} and {layer.kernel}"
+    if layer.ic % layer.groups or layer.oc % layer.groups:
+        return f"expected ic and oc divisible by groups = {layer.groups}, got {layer.ic} and {layer.oc}"
+    dims = len(layer.spatial)
+    out = shapes.conv_transpose_output(layer.spatial, layer.kernel, (layer.stride,) * dims, (1,) * dims,
+                                       (layer.pad,) * dims, (layer.pad,) * dims, (0,) * dims)
+    if min(out) < 1:
+        return f"expected a non-empty output, got spatial {out} (pad {layer.pad} is too large)"
+    elements = (layer.n * layer.ic * math.prod(layer.spatial) + layer.n * layer.oc * math.prod(out)
+                + layer.ic * layer.oc // layer.groups * math.prod(layer.kernel))
+    limit = limits.memory_limit()
+    if limit is not None and 4 * elements > limit:
+        return (f"its f32 arrays take {limits.format_bytes(4 * elements)}, expected at most the memory limit, "
+                f"{limits.format_bytes(limit)}")
+    return ""
 
 
 def configs(args: argparse.Namespace) -> list[suites.Config]:

@@ -193,7 +193,11 @@ def run(args: argparse.Namespace) -> int:
         return training_step.run(args, _meta(args, threads, omp))
     args.dtypes = args.dtypes or list(suites.DTYPES)
     args.formats = args.formats or list(suites.FORMATS)
-    old = report.read_json(args.compare) if args.compare else None
+    try:
+        old = report.read_json(args.compare) if args.compare else None
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     configs = [c for s in args.suite for c in suites.configs(
         s, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers, args.bias)]
     if not configs:

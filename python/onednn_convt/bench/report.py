@@ -405,14 +405,28 @@ def read_json(path: Path) -> dict[str, Any]:
     """A JSON file written by :func:`write_json`.
 
     Raises:
-        ValueError: not a benchmark result file.
+        ValueError: the file cannot be read, or is not a benchmark result file (each result
+            an object with a string ``key`` and a ``median_ms`` positive number or null).
     """
-    with open(path) as f:
-        doc = json.load(f)
-    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
-        msg = f"bench: --compare {path} expected a JSON result file of 'onednn-convt bench'"
-        raise ValueError(msg)
-    return doc
+    expected = f"bench: --compare {path}: expected a JSON result file of 'onednn-convt bench'"
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"{expected}, got {e!r}") from None
+    results = doc.get("results") if isinstance(doc, dict) else None
+    if not isinstance(results, list) or not all(_comparable(r) for r in results):
+        raise ValueError(f"{expected} (a 'results' list of objects with 'key' and 'median_ms')")
+    return dict(doc)
+
+
+def _comparable(result: Any) -> bool:
+    """Whether a result read from a file has what :func:`compare` reads."""
+    if not isinstance(result, dict) or not isinstance(result.get("key"), str):
+        return False
+    median = result.get("median_ms")
+    return median is None or (isinstance(median, (int, float)) and not isinstance(median, bool)
+                               and math.isfinite(median) and median > 0)
 
 
 def compare(old: dict[str, Any], records: Sequence[Record]) -> str:

@@ -84,6 +84,8 @@ def _read(file: Path, warn: bool = True) -> dict[str, dict[str, Any]]:
         data = json.loads(text)
     except ValueError as e:
         why = f"not JSON ({e})"
+    except RecursionError:
+        why = "not JSON this reader can follow (arrays or objects nested too deep)"
     else:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
