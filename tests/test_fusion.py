@@ -796,6 +796,37 @@ def test_int8_one_dst_position_with_a_binary_post_op_is_right(data_format: str) 
     assert op.guard == want and op.fused is (want is None), op.lowering
 
 
+@pytest.mark.parametrize("sum_zp, channels, strides", [(17, 4, (1, 1)), (17, 2, (1, 1)), (0, 4, (1, 1)),
+                                                    (17, 5, (1, 1)), (17, 4, (2, 1))])
+def test_int8_sum_zero_point_with_few_src_channels_is_right(sum_zp: int, channels: int,
+                                                            strides: tuple[int, int]) -> None:
+    """A sum with a zero point at stride 1 over at most 4 src channels per group: oneDNN 3.2
+    fell back to its avx2 kernel, which saturates where the CPU lacks AVX-VNNI (338 of 1,440
+    values off by up to 21 steps in the fused fuzzer's case, an AMD Zen4). Such calls run
+    unfused; zero point 0, 5 channels or a stride stay fused."""
+    rng = np.random.default_rng(10)
+    x = rng.integers(0, 256, (3, channels, 11, 5)).astype(np.uint8)
+    w = rng.integers(-128, 128, (channels, 12, 4, 3)).astype(np.int8)
+    attrs = {"strides": strides, "pads_begin": (3, 0), "pads_end": (3, 2), "data_format": "NCX",
+             "weights_format": "IOX"}
+    other = rng.integers(0, 256, (3, 12, 10 * strides[0] - 2, 4 * strides[1] + 1)).astype(np.uint8)
+    chain = [PostOp("Add", dequantize=Dequantize(scales=0.05, zps=sum_zp))]
+    q = {"src_dequantize": Dequantize(scales=0.05), "weights_dequantize": Dequantize(scales=0.0075),
+         "dst_quantize": Quantize(scales=0.58, zps=20, dtype="u8")}
+    op = oc.ConvTranspose(**attrs, post_ops=chain, **q)
+    got = op(x, w, None, other).astype(np.float64)
+    ref = reference.fused_conv_transpose(x, w, None, [other], post_ops=chain, **q, **attrs)
+    assert np.abs(got - ref).max() <= 1  # one quantization step: rounding of a value at a half
+    routed = sum_zp != 0 and channels <= 4 and strides == (1, 1) and ISA in INT8_SUM_AFTER_POST_OP
+    if not INT8_FUSES:
+        assert op.guard == "int8_without_vnni"
+    elif routed:
+        assert op.guard == "int8_sum_zero_point_few_channels" and not op.fused, op.lowering
+    else:  # fused, or staged for another guard at a stride (strided_deconvolution_epilogue)
+        assert op.guard in (None, "strided_deconvolution_epilogue"), op.lowering
+        assert op.fused is (op.guard is None), op.lowering
+
+
 def test_int8_compensation_where_no_tap_reaches_the_width_is_right() -> None:
     """Taps that all fall in the pads or between dilated taps along the width (k2 d2 pads
     1/1 over one src column): with a src zero point, brgconv returned garbage (1e6) for OC

@@ -18,7 +18,8 @@ from .fusion import F32, SLOW_STRIDE_1_EPILOGUE, Core, Fusion, graph_nodes, make
 from .lowering import base as lowerings
 from .lowering import forward as forward_lowerings
 from .plan import describe, finite_or_redone, fixed_view
-from .post_ops import INT8_DTYPES, INT8_SUM_AFTER_POST_OP, INT8_WITHOUT_VNNI, POST_OPS, PostOp, library_sum
+from .post_ops import (INT8_DTYPES, INT8_SUM_AFTER_POST_OP, INT8_SUM_ZERO_POINT_FEW_CHANNELS, INT8_WITHOUT_VNNI,
+                       POST_OPS, PostOp, library_sum)
 
 if TYPE_CHECKING:
     from .ops import ConvTranspose
@@ -218,7 +219,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
                     (0, 1) if bias is None else (0, 1, 2), out_shape, weights_arg=1)
     limits.check_plan(name, conv, arrays[:3], None, F32 if f.int8 else dtypes.FLOAT_DTYPES[code],
                       emulated=code != "f32")
-    kernel = shapes.split_weights(w.shape, op.attrs["weights_format"])[2]
+    in_channels, _, kernel = shapes.split_weights(w.shape, op.attrs["weights_format"])
     spatial = len(kernel)
     strides = schema.per_dim(name, "strides", op.attrs["strides"], spatial)
     geometry = op._geometry(spatial, kernel)  # resolved pads (auto_pad) and dilations
@@ -270,6 +271,23 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         unfused, guard = True, "int8_sum_after_post_op"
         reason = (f"oneDNN 3.2 runs an int8 sum after another post-op on its avx2 kernel without "
                   f"VNNI (dispatch ISA {isa}), which saturates u8 x s8 products")
+    elif (isa in INT8_SUM_AFTER_POST_OP and all(st == 1 for st in strides)
+          and in_channels // op.attrs["groups"] <= INT8_SUM_ZERO_POINT_FEW_CHANNELS
+          and _sum_zero_point(f.post_ops, operand_shapes, out_shape) is not None):
+        # The library's sum with a zero point, stride 1, at most 4 src channels per group:
+        # oneDNN 3.2's AVX-512 int8 kernels refuse it (its deconvolution kernel takes no sum
+        # zero point, and brgconv not every such shape) and it falls back to
+        # jit_uni_int8:avx2, the saturating kernel of int8_without_vnni where the CPU lacks
+        # AVX-VNNI. Found by the fused fuzzer (AMD Zen4, avx512_core_bf16: 338 of 1,440 values
+        # off by up to 21 steps, 4 src channels); a scan there (ONEDNN_VERBOSE naming the
+        # kernel, 900 random u8/s8 problems with a sum): the avx2 kernel ran in 23, every one
+        # stride 1 with 1-4 src channels per group and a nonzero sum zero point (zero point 0:
+        # the AVX-512 deconvolution kernel), 10 of them wrong (u8 src, 2-4 channels, full-range
+        # values: none with src values under 40). Which of those shapes brgconv takes is the
+        # library's choice: every such call, unfused.
+        unfused, guard = True, "int8_sum_zero_point_few_channels"
+        reason = ("oneDNN 3.2 runs an int8 sum with a zero point at stride 1 and few src channels on "
+                  f"its avx2 kernel without VNNI (dispatch ISA {isa}), which saturates u8 x s8 products")
     elif isa and f.src_dequantize is not None and f.src_dequantize.has_zero_points and kernel[-1] >= 5:
         # A src zero point with a kernel 5 or more wide: oneDNN 3.2's brgconv
         # (brg_conv:avx512_core_vnni) compensates the zero point wrongly in some shapes, most
@@ -582,12 +600,18 @@ def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
                           given, emulated, len(call))
 
 
+def _sum_zero_point(post_ops: Sequence[PostOp], operand_shapes: Sequence[Sequence[int]],
+                    dst_shape: Sequence[int]) -> Optional[int]:
+    """The index of the library's sum (:func:`library_sum`) if it dequantizes with a zero
+    point, else None."""
+    i = library_sum(post_ops, operand_shapes, dst_shape)
+    q = None if i is None else post_ops[i].dequantize
+    return i if q is not None and q.has_zero_points else None
+
+
 def _sum_zero_point_before_binary(post_ops: Sequence[PostOp], operand_shapes: Sequence[Sequence[int]],
                                   dst_shape: Sequence[int]) -> bool:
     """Whether the library's sum (:func:`library_sum`) dequantizes with a zero point and a
     binary post-op follows it."""
-    i = library_sum(post_ops, operand_shapes, dst_shape)
-    if i is None:
-        return False
-    q = post_ops[i].dequantize
-    return q is not None and q.has_zero_points and any(p.is_binary for p in post_ops[i + 1:])
+    i = _sum_zero_point(post_ops, operand_shapes, dst_shape)
+    return i is not None and any(p.is_binary for p in post_ops[i + 1:])

@@ -87,6 +87,9 @@ INT8_WITHOUT_VNNI = frozenset({"default", "sse41", "avx", "avx2", "avx512_core"}
 #: follows another post-op on its avx2 int8 kernel, without VNNI where the CPU lacks AVX-VNNI
 #: (or the ISA cap excludes it): such calls run unfused.
 INT8_SUM_AFTER_POST_OP = frozenset({"avx512_core_vnni", "avx512_core_bf16"})
+#: On those ISAs, an int8 sum with a zero point at stride 1 falls back to that avx2 kernel
+#: where the src has at most this many channels per group: such calls run unfused.
+INT8_SUM_ZERO_POINT_FEW_CHANNELS = 4
 
 
 #: float32's range: library attributes and scales are f32 (a value outside becomes inf, and
