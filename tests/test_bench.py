@@ -588,3 +588,32 @@ def test_a_biased_config_builds_three_inputs() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     unbiased = suites.Config("test", layer, "fwd", "f32", "NXC").build()
     assert not np.allclose(unbiased.op(*unbiased.args), want, atol=1e-3)  # the bias is in the reference's
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "nan"], "--budget: expected a positive float"),
+    (["--budget", "inf"], "--budget: expected a positive float"),
+    (["--repeat", "0"], "--repeat: expected a positive int"),
+    (["--wait-idle", "nan"], "--wait-idle: expected a non-negative float"),
+    (["--torch-limit", "-5"], "--torch-limit: expected a non-negative float"),
+    (["--retry-busy", "-1"], "--retry-busy: expected a non-negative int"),
+    (["--name", "../x"], "--name: expected a file name without directories"),
+    (["--name", ""], "--name: expected a file name without directories"),
+])
+def test_bench_refuses_bad_option_values(capsys, args, message) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--suite", "tiny", *args])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suite", ["tiny", "fused", "step"])
+def test_bench_refuses_an_out_it_cannot_write_before_measuring(tmp_path, capsys, monkeypatch, suite) -> None:
+    from onednn_convt.bench import cli as bench_cli
+
+    monkeypatch.setattr(bench_cli, "_meta", lambda *a: pytest.fail("started"))
+    monkeypatch.setattr(bench_cli, "measure_peak_for", lambda quick: pytest.fail("measured first"))
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    for out, why in ((a_file, "not a directory"), (a_file / "sub", "cannot create this directory")):
+        assert main(["bench", "--suite", suite, "--out", str(out)]) == 2
+        assert f"--out {out}: {why}" in capsys.readouterr().err

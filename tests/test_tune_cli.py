@@ -93,3 +93,15 @@ def test_a_layer_that_is_no_problem_is_refused_before_tuning(cache_dir, tmp_path
     err = capsys.readouterr().err
     assert "layer 'bad'" in err and why in err
     assert not (cache_dir / "autotune.json").exists()  # nothing tuned: the good layer waits too
+
+
+def test_a_json_file_that_cannot_be_written_is_refused_before_tuning(cache_dir, tmp_path, capsys):
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    for target, why in ((a_file / "x.json", "not a directory"), (tmp_path, "expected a file name, got a directory")):
+        assert cli.main(["tune", "--suite", "tiny", "--json", str(target)]) == 2
+        assert why in capsys.readouterr().err
+    assert not (cache_dir / "autotune.json").exists()
+    out = tmp_path / "new" / "dir" / "choices.json"  # missing parents are made
+    assert cli.main(["tune", "--suite", "tiny", "--dtypes", "f32", "--formats", "NCX", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["records"]

@@ -184,6 +184,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
+    unwritable = "" if args.json is None else arguments.make_writable_dir("tune: --json", args.json.parent)
+    if unwritable or (args.json is not None and args.json.is_dir()):
+        print(unwritable or f"tune: --json {args.json}: expected a file name, got a directory", file=sys.stderr)
+        return 2
     autotune.set_autotune(True)
     if args.retune:
         tuning_cache.clear()

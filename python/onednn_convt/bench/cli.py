@@ -79,20 +79,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="few, short samples and a small peak measurement: a smoke run")
     parser.add_argument("--out", type=Path, default=Path("bench-results"),
                         help="directory for the CSV, JSON and PNG files (default ./bench-results)")
-    parser.add_argument("--name", default=None,
+    parser.add_argument("--name", type=arguments.file_stem, default=None,
                         help="base name of the result files (default: the suite names)")
     parser.add_argument("--compare", type=Path, default=None, metavar="OLD.json",
                         help="print speed-ups against an earlier run's JSON file")
-    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--wait-idle", type=arguments.non_negative(float), default=0.0, metavar="SECONDS",
                         help="before each configuration, wait up to SECONDS for other processes to go "
                              "quiet (a shared machine); default 0")
-    parser.add_argument("--retry-busy", type=int, default=0, metavar="N",
+    parser.add_argument("--retry-busy", type=arguments.non_negative(int), default=0, metavar="N",
                         help="re-run up to N times the configurations during which other processes "
                              "used more than 0.2 CPUs, keeping the quieter measurement; default 0")
-    parser.add_argument("--retry-noisy", type=int, default=0, metavar="N",
+    parser.add_argument("--retry-noisy", type=arguments.non_negative(int), default=0, metavar="N",
                         help="re-run up to N times the configurations whose samples spread more than "
                              f"{int(NOISY * 100)}%% of the median (IQR), keeping the steadier measurement; default 0")
-    parser.add_argument("--torch-limit", type=float, default=5.0, metavar="SECONDS",
+    parser.add_argument("--torch-limit", type=arguments.non_negative(float), default=5.0, metavar="SECONDS",
                         help="bf16/f16: when PyTorch is estimated (from batch 1) to take longer than "
                              "this per call, report the estimate instead (default 5; 0 = always run)")
     parser.add_argument("--autotune", action="store_true",
@@ -176,9 +176,13 @@ def run(args: argparse.Namespace) -> int:
         budget=args.budget or (0.05 if quick else 0.5),
         torch=not args.no_torch,
         reference=not args.no_reference,
-        wait_idle=max(0.0, args.wait_idle),
+        wait_idle=args.wait_idle,
         torch_limit=args.torch_limit,
     )
+    unwritable = arguments.make_writable_dir("bench: --out", args.out)
+    if unwritable:
+        print(unwritable, file=sys.stderr)
+        return 2
     alone = [s for s in args.suite if s in ALONE]
     if alone:
         if len(args.suite) > 1:

@@ -235,7 +235,7 @@ def run(args: argparse.Namespace, meta: dict[str, Any]) -> int:
         budget=args.budget or (0.05 if quick else 2.0),
         torch=not args.no_torch and peers.torch_module() is not None,
         torch_limit=args.torch_limit,
-        wait_idle=max(0.0, args.wait_idle),
+        wait_idle=args.wait_idle,
         retry_busy=max(0, args.retry_busy),
     )
     try:
