@@ -9,6 +9,14 @@ s8 src with a per-tensor Dequantize (zero point), s8 weights with per-tensor or 
 scales, an f32 bias, a u8/s8 ``dst_quantize`` or an f32 dst, and sometimes a first Add of
 a dequantized u8/s8 tensor (the library's "sum").
 
+Where the library runs an int8 call fused, the first call also runs with oneDNN's verbose
+log on (``dnnl_set_verbose``, its output caught): an int8 convolution or deconvolution
+kernel without VNNI (``jit_uni_int8:avx2``, any kernel named for ``sse41``, ``avx``,
+``avx2`` or ``avx512_core`` alone) is a finding whatever the values, because those kernels
+saturate u8 x s8 pairs of products at 16 bits (oneDNN's "Nuances of int8 computations"):
+the library falls back to them on a CPU without AVX-VNNI where its AVX-512 kernels refuse a
+call, and the random values of a trial rarely reach the saturation.
+
 The op is called three times: twice as it is (the second through the cached fast path)
 and once with ``out=`` (the dst-shaped tensor of a binary post-op, when there is one of
 the right dtype: the in-place residual). Each result is judged against an envelope: the
@@ -25,8 +33,13 @@ deconvolution kernel applies the bias and post-ops wrongly on some model-sized p
 
 from __future__ import annotations
 
+import ctypes
 import math
-from typing import Any
+import os
+import re
+import sys
+import tempfile
+from typing import Any, Callable
 
 import numpy as np
 import onednn_convt as oc
@@ -55,6 +68,10 @@ TINY = {"f32": 2.0**-149, "bf16": 2.0**-133, "f16": 2.0**-24}
 #: fine grid over the reference's math)
 CRITICAL = {"Abs": (0.0, 0.0), "Square": (0.0, 0.0), "GELU": (-0.751792, -0.16997120747985495),
             "Mish": (-1.192431, -0.3088434130172443), "HardSwish": (-1.5, -0.375)}
+#: an int8 convolution or deconvolution in oneDNN's verbose log: (kind, implementation)
+INT8_KERNEL = re.compile(r"exec,cpu,((?:de)?convolution),([^,]+),[^,]*,src_[us]8:")
+#: the ISAs of int8 kernels that multiply with vpmaddubsw (no VNNI): they saturate
+SATURATING_ISAS = frozenset({"sse41", "avx", "avx2", "avx512_core"})
 UNARY = sorted(k for k, v in POST_OPS.items() if not v.is_binary)
 BINARY = sorted(k for k, v in POST_OPS.items() if v.is_binary)
 
@@ -245,6 +262,40 @@ def _judge(what: str, label: str, got: Any, lo: np.ndarray, hi: np.ndarray, over
                           f" (quantized [{quant.apply(lo)[idx]}, {quant.apply(hi)[idx]}])" if quant else "") + known)
 
 
+def logged(call: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """``call()``'s result and the lines oneDNN's verbose log printed meanwhile (file
+    descriptor 1 redirected to a temporary file; [] where libdnnl has no dnnl_set_verbose)."""
+    lib = ctypes.CDLL(oc.native.LIBDNNL_PATH)
+    if not hasattr(lib, "dnnl_set_verbose"):
+        return call(), []
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 1)
+        lib.dnnl_set_verbose(1)
+        try:
+            result = call()
+        finally:
+            libc.fflush(None)
+            lib.dnnl_set_verbose(0)
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        return result, log.read().decode("utf-8", "replace").splitlines()
+
+
+def saturating_kernels(lines: list[str]) -> list[str]:
+    """The int8 kernels of a verbose log that multiply without VNNI (:data:`SATURATING_ISAS`)."""
+    found = []
+    for line in lines:
+        m = INT8_KERNEL.search(line)
+        if m and m.group(2).rsplit(":", 1)[-1] in SATURATING_ISAS:
+            found.append(f"{m.group(1)} {m.group(2)}")
+    return sorted(set(found))
+
+
 def trial(rng: np.random.Generator, index: int) -> str:
     geo = draw_geometry(rng)
     attrs, fmt, wf = geo["attrs"], geo["attrs"]["data_format"], geo["attrs"]["weights_format"]
@@ -320,9 +371,13 @@ def trial(rng: np.random.Generator, index: int) -> str:
         known = (" [possibly the known strided-deconvolution epilogue defect on AVX-512 BF16 CPUs "
                  "(stride > 1, IC >= ~256, a bias or post-op): reported separately]")
     op = oc.ConvTranspose(**attrs, post_ops=chain or None, **q) if (chain or q) else oc.ConvTranspose(**attrs)
-    first = op(src, w, bias, *operands)
+    first, log = logged(lambda: op(src, w, bias, *operands)) if int8 else (op(src, w, bias, *operands), [])
     low = op.lowering
     what = f"{what} -> {low}"
+    slow_lane = saturating_kernels(log)
+    if slow_lane:
+        raise Failure(f"{what}: ran oneDNN's int8 kernel without VNNI ({', '.join(slow_lane)}), which saturates "
+                      "u8 x s8 products at 16 bits: wrong for some values")
     _judge(what, "first call", first, lo, hi, overflowed, out_dtype, quant, known)
     second = op(src, w, bias, *operands)
     _judge(what, "second call", second, lo, hi, overflowed, out_dtype, quant, known)

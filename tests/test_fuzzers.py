@@ -75,3 +75,34 @@ def test_the_harness_reports_a_crash_and_a_hang_with_the_command_that_repeats_th
     assert kinds == {1: "crashed", 3: "hung", 4: "failed"}, report.findings
     assert report.trials == 6
     assert report.findings[0].command() == "python fuzz/run.py selftest_fuzzer --seed 1 --trial 1"
+
+
+def test_the_fused_fuzzer_flags_an_int8_kernel_without_vnni(monkeypatch) -> None:
+    """The fused fuzzer's kernel check: verbose lines of oneDNN 3.2 (one saturating kernel,
+    one VNNI kernel, an f32 one), and a live call that the library runs on its avx2 int8
+    kernel once the guard that routes it away is off (where the CPU lacks AVX-VNNI)."""
+    import fused_chains
+    import numpy as np
+    import onednn_convt as oc
+    from onednn_convt import fused_plan
+    from onednn_convt.post_ops import INT8_SUM_AFTER_POST_OP
+
+    lines = ["onednn_verbose,exec,cpu,deconvolution,jit_uni_int8:avx2,forward_inference,src_u8::blocked:acdb::f0 "
+             "wei_s8::blocked:Acdb8a::f0,attr-post-ops:sum:1:17:u8,,mb3_ic4oc12,0.1",
+             "onednn_verbose,exec,cpu,deconvolution,jit_deconvolution:avx512_core_vnni,forward_inference,"
+             "src_u8::blocked:acdb::f0,,,mb3,0.1",
+             "onednn_verbose,exec,cpu,convolution,jit:avx2,forward_training,src_f32::blocked:abcd::f0,,,mb1,0.1"]
+    assert fused_chains.saturating_kernels(lines) == ["deconvolution jit_uni_int8:avx2"]
+    avx_vnni = "avx_vnni" in Path("/proc/cpuinfo").read_text()
+    if oc.guards.dispatch_isa() not in INT8_SUM_AFTER_POST_OP or avx_vnni:
+        pytest.skip("the library falls back to jit_uni_int8:avx2 at the AVX-512 VNNI/BF16 levels without AVX-VNNI")
+    monkeypatch.setattr(fused_plan, "INT8_SUM_ZERO_POINT_FEW_CHANNELS", 0)  # the guard off
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 40, (1, 4, 6, 5)).astype(np.uint8)  # values that do not saturate
+    w = rng.integers(-127, 128, (4, 8, 3, 3)).astype(np.int8)
+    op = oc.ConvTranspose(data_format="NCX", weights_format="IOX", src_dequantize=oc.Dequantize(scales=0.05),
+                          weights_dequantize=oc.Dequantize(scales=0.01),
+                          dst_quantize=oc.Quantize(scales=0.5, zps=3, dtype="u8"),
+                          post_ops=[oc.PostOp("Add", dequantize=oc.Dequantize(scales=0.05, zps=17))])
+    _, log = fused_chains.logged(lambda: op(x, w, None, np.zeros((1, 8, 8, 7), np.uint8)))
+    assert op.fused and fused_chains.saturating_kernels(log) == ["deconvolution jit_uni_int8:avx2"]
