@@ -494,3 +494,21 @@ def test_a_hostile_cache_entry_never_breaks_a_call(tmp_path, seed):
     out = subprocess.run([sys.executable, "-c", _HOSTILE_CACHE, str(seed)], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("variable, value, expect, warns", [
+    ("ONEDNN_CONVT_AUTOTUNE", "maybe", "False True", True),
+    ("ONEDNN_CONVT_AUTOTUNE", " On ", "True True", False),
+    ("ONEDNN_CONVT_GUARDS", "of", "False True", True),
+    ("ONEDNN_CONVT_GUARDS", "OFF", "False False", False),
+    ("ONEDNN_CONVT_GUARDS", "", "False True", False),
+])
+def test_an_unknown_switch_value_warns_and_keeps_the_default(variable, value, expect, warns):
+    """A typo in an on/off environment variable keeps the default, with a warning naming it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_CONVT_AUTOTUNE", "ONEDNN_CONVT_GUARDS")}
+    env[variable] = value
+    out = subprocess.run([sys.executable, "-c", "import onednn_convt as oc; print(oc.autotune_enabled(), "
+                          "oc.guards.enabled())"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == expect, out.stderr[-2000:]
+    assert (f"{variable}={value!r}: expected one of" in out.stderr) is warns

@@ -16,13 +16,12 @@ process may crash.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from . import native
+from . import environment, native
 
 #: dnnl_cpu_isa_t values (dnnl_types.h) -> names, lowest first.
 ISA_NAMES = {
@@ -176,7 +175,7 @@ GUARDS = (AMX_STRIDE_NOT_BELOW_KERNEL, AMX_PADDING_ONLY_OUTPUTS, BF16_BACKWARD_W
 #: pads_begin in depth from which :data:`AVX512_BACKWARD_WEIGHTS_DEPTH_PAD` applies
 DEPTH_PAD_LIMIT = 3
 
-_enabled = os.environ.get("ONEDNN_CONVT_GUARDS", "").lower() not in ("0", "off", "false", "no")
+_enabled = environment.switch("ONEDNN_CONVT_GUARDS", True)
 
 
 def set_enabled(enabled: bool) -> None:
@@ -184,6 +183,11 @@ def set_enabled(enabled: bool) -> None:
     Affects problems compiled afterwards, not plans already made."""
     global _enabled
     _enabled = bool(enabled)
+
+
+def enabled() -> bool:
+    """Whether the guards are on in this process (:func:`set_enabled`, ``ONEDNN_CONVT_GUARDS``)."""
+    return _enabled
 
 
 def active(guard: Guard, code: str) -> bool:

@@ -30,14 +30,13 @@ environment (read at import), turns it on. The first call of each input signatur
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from .. import dtypes, limits, native
+from .. import dtypes, environment, limits, native
 from ..errors import OneDNNError
 from ..problem import BACKWARD_WEIGHTS, FORWARD, Problem
 from . import build, candidates, tuning_cache
@@ -75,7 +74,7 @@ TOLERANCE = {"f32": 1e-4, "bf16": 2e-2, "f16": 4e-3}
 #: how busy the machine is.
 clock: Callable[[], float] = time.perf_counter
 
-_enabled = os.environ.get("ONEDNN_CONVT_AUTOTUNE", "").strip().lower() in ("1", "true", "yes", "on")
+_enabled = environment.switch("ONEDNN_CONVT_AUTOTUNE", False)
 
 
 def enabled() -> bool:
