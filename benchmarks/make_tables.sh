@@ -23,7 +23,8 @@ done
 # tune_S_third), a process each; each candidate keeps its middle time of the three (--repeats),
 # so that one pass's stall decides nothing. The two layers added to the fit half after the first
 # pass (espnet-up2, grouped8-up) were tuned in the third pass and twice on their own
-# (tune_broad_fit_added*). The holdout half was kept out while the rules fitted without it
+# (tune_broad_fit_added*); the three DCGAN layers at the training step's batch 16 (dcgan-*-b16)
+# were added later, tuned three times on their own (tune_broad_fit_b16*). The holdout half was kept out while the rules fitted without it
 # were checked on it (benchmarks/NOTES.md).
 Z4=$R/zen4
 $MAKE --repeats $Z4/tune_models.json $Z4/tune_models_again.json $Z4/tune_models_third.json \
@@ -31,8 +32,9 @@ $MAKE --repeats $Z4/tune_models.json $Z4/tune_models_again.json $Z4/tune_models_
     $Z4/tune_broad_fit_added.json $Z4/tune_broad_fit_added_again.json \
     $Z4/tune_broad_holdout.json $Z4/tune_broad_holdout_again.json $Z4/tune_broad_holdout_third.json \
     $Z4/tune_tiny.json $Z4/tune_tiny_again.json $Z4/tune_tiny_third.json \
+    $Z4/tune_broad_fit_b16.json $Z4/tune_broad_fit_b16_again.json $Z4/tune_broad_fit_b16_third.json \
     --date 2026-11-27 \
-    --note "the models suite (--skip-slow), both halves of the broad suite and the tiny suite, every dtype (f16 emulated here), on this machine, each configuration tuned three times (each candidate's middle time); the holdout half was added after the rules fitted without it had been checked on it"
+    --note "the models suite (--skip-slow), both halves of the broad suite and the tiny suite, every dtype (f16 emulated here), on this machine, each configuration tuned three times (each candidate's middle time); the holdout half was added after the rules fitted without it had been checked on it, and DCGAN's batch-16 layers of the training step (dcgan-*-b16) later the same day"
 
 # Zen5: the broad suite's holdout half was kept out while the rules were checked on it (benchmarks/NOTES.md);
 # the shipped table has every layer measured here. Every configuration was tuned twice: the

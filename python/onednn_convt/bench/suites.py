@@ -287,6 +287,11 @@ def _broad() -> list[Layer]:
         _layer(gan, "holdout", f"{dcgan}: 4x4x512 -> 8x8x256", "dcgan-g2", 32, 512, 256, (4, 4), 4, 2, 1),
         _layer(gan, "fit", f"{dcgan}: 16x16x128 -> 32x32x64", "dcgan-g4", 16, 128, 64, (16, 16), 4, 2, 1),
         _layer(gan, "holdout", f"{dcgan}: 32x32x64 -> 64x64x3", "dcgan-g5", 64, 64, 3, (32, 32), 4, 2, 1),
+        # the generator at batch 16, as `bench --suite step` trains it: the layers no other
+        # suite has at that batch
+        _layer(gan, "fit", f"{dcgan}, batch 16: z (100) -> 4x4x512", "dcgan-z-b16", 16, 100, 512, (1, 1), 4, 1, 0),
+        _layer(gan, "fit", f"{dcgan}, batch 16: 8x8x256 -> 16x16x128", "dcgan-g3-b16", 16, 256, 128, (8, 8), 4, 2, 1),
+        _layer(gan, "fit", f"{dcgan}, batch 16: 32x32x64 -> 64x64x3", "dcgan-g5-b16", 16, 64, 3, (32, 32), 4, 2, 1),
         _layer(gan, "fit", "DCGAN in TensorFlow (carpedm20/DCGAN-tensorflow): k5 s2 'SAME', 4x4x512 -> 8x8x256",
                "dcgan-tf", 8, 512, 256, (4, 4), 5, 2, 1, pad_end=2),
         _layer(gan, "holdout", "Isola et al., pix2pix (CVPR 2017), U-Net decoder: 8x8x1024 -> 16x16x512", "pix2pix-up3",
