@@ -62,15 +62,18 @@ def test_tune_layers_from_a_file(cache_dir, tmp_path):
     assert keys == ["custom/up/fwd/f32/NXC", "custom/up/fwd/bf16/NXC"]
 
 
-@pytest.mark.parametrize("content", ["{}", "[{\"name\": \"x\"}]", "not json", "[" * 100_000])
+_GOOD = {"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4], "stride": 2, "pad": 1}
+
+
+@pytest.mark.parametrize("content", ["{}", "[{\"name\": \"x\"}]", "not json", "[" * 100_000,
+                                     json.dumps([{**_GOOD, "n": 2.5}]), json.dumps([{**_GOOD, "ic": True}]),
+                                     json.dumps([{**_GOOD, "kernel": ["4", 4]}])])
 def test_a_malformed_layers_file_is_refused(cache_dir, tmp_path, capsys, content):
     layers = tmp_path / "layers.json"
     layers.write_text(content)
     assert cli.main(["tune", "--layers-json", str(layers)]) == 2
     assert "expected a JSON list of layers" in capsys.readouterr().err
 
-
-_GOOD = {"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4], "stride": 2, "pad": 1}
 
 
 @pytest.mark.parametrize(("change", "why"), [

@@ -10,8 +10,10 @@ processes read. Examples::
                                                         #   "oc": 128, "spatial": [16, 16],
                                                         #   "kernel": [4, 4], "stride": 2, "pad": 1}]
 
-A layer is a forward problem (src -> dst, as in ``bench``): ``name``, ``n``, ``ic``, ``oc``,
-``spatial`` and ``kernel`` (lists), and optionally ``stride``, ``pad`` and ``groups``.
+A layer is a forward problem (src -> dst, as in ``bench``): ``name``, the integers ``n``,
+``ic``, ``oc``, ``spatial`` and ``kernel`` (lists), and optionally ``stride``, ``pad`` and
+``groups``; a layer that is no valid problem, or whose arrays pass the memory limit, is
+refused before anything is tuned.
 The table says, per configuration, the rules' lowering, the chosen one, its speed-up over
 the rules' (the tuner's own medians) and what tuning cost.
 """
@@ -89,9 +91,9 @@ def layers_from_json(path: Path) -> list[suites.Layer]:
             raise TypeError("expected a list")
         layers = [
             suites.Layer(
-                str(d["name"]), int(d["n"]), int(d["ic"]), int(d["oc"]), tuple(int(v) for v in d["spatial"]),
-                tuple(int(v) for v in d["kernel"]), int(d.get("stride", 1)), int(d.get("pad", 0)),
-                int(d.get("groups", 1)),
+                str(d["name"]), _whole(d["n"]), _whole(d["ic"]), _whole(d["oc"]),
+                tuple(_whole(v) for v in d["spatial"]), tuple(_whole(v) for v in d["kernel"]),
+                _whole(d.get("stride", 1)), _whole(d.get("pad", 0)), _whole(d.get("groups", 1)),
             )
             for d in items
         ]
@@ -103,6 +105,13 @@ def layers_from_json(path: Path) -> list[suites.Layer]:
         if why:
             raise ValueError(f"tune: --layers-json {path}: layer {layer.name!r}: {why}")
     return layers
+
+
+def _whole(value: Any) -> int:
+    """A JSON integer (not a bool, a float or a string)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected integers, got {value!r}")
+    return value
 
 
 def _layer_problem(layer: suites.Layer) -> str:
