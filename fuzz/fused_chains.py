@@ -9,9 +9,9 @@ s8 src with a per-tensor Dequantize (zero point), s8 weights with per-tensor or 
 scales, an f32 bias, a u8/s8 ``dst_quantize`` or an f32 dst, and sometimes a first Add of
 a dequantized u8/s8 tensor (the library's "sum").
 
-Where the library runs an int8 call fused, the first call also runs with oneDNN's verbose
-log on (``dnnl_set_verbose``, its output caught): an int8 convolution or deconvolution
-kernel without VNNI (``jit_uni_int8:avx2``, any kernel named for ``sse41``, ``avx``,
+The first call of an int8 trial also runs with oneDNN's verbose log on
+(``dnnl_set_verbose``, its output caught): an int8 convolution or deconvolution kernel
+without VNNI (``jit_uni_int8:avx2``, any kernel named for ``sse41``, ``avx``,
 ``avx2`` or ``avx512_core`` alone) is a finding whatever the values, because those kernels
 saturate u8 x s8 pairs of products at 16 bits (oneDNN's "Nuances of int8 computations"):
 the library falls back to them on a CPU without AVX-VNNI where its AVX-512 kernels refuse a
@@ -374,9 +374,9 @@ def trial(rng: np.random.Generator, index: int) -> str:
     first, log = logged(lambda: op(src, w, bias, *operands)) if int8 else (op(src, w, bias, *operands), [])
     low = op.lowering
     what = f"{what} -> {low}"
-    slow_lane = saturating_kernels(log)
-    if slow_lane:
-        raise Failure(f"{what}: ran oneDNN's int8 kernel without VNNI ({', '.join(slow_lane)}), which saturates "
+    saturating = saturating_kernels(log)
+    if saturating:
+        raise Failure(f"{what}: ran oneDNN's int8 kernel without VNNI ({', '.join(saturating)}), which saturates "
                       "u8 x s8 products at 16 bits: wrong for some values")
     _judge(what, "first call", first, lo, hi, overflowed, out_dtype, quant, known)
     second = op(src, w, bias, *operands)

@@ -236,7 +236,7 @@ def run(args: argparse.Namespace, meta: dict[str, Any]) -> int:
         torch=not args.no_torch and peers.torch_module() is not None,
         torch_limit=args.torch_limit,
         wait_idle=args.wait_idle,
-        retry_busy=max(0, args.retry_busy),
+        retry_busy=args.retry_busy,
     )
     try:
         names = args.layers
