@@ -19,7 +19,7 @@ from .lowering import base as lowerings
 from .lowering import forward as forward_lowerings
 from .plan import describe, finite_or_redone, fixed_view
 from .post_ops import (INT8_DTYPES, INT8_SUM_AFTER_POST_OP, INT8_SUM_ZERO_POINT_FEW_CHANNELS, INT8_WITHOUT_VNNI,
-                       POST_OPS, PostOp, library_sum)
+                       POST_OPS, library_sum)
 
 if TYPE_CHECKING:
     from .ops import ConvTranspose
@@ -224,6 +224,9 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
     strides = schema.per_dim(name, "strides", op.attrs["strides"], spatial)
     geometry = op._geometry(spatial, kernel)  # resolved pads (auto_pad) and dilations
     output_padding = schema.per_dim(name, "output_padding", op.attrs["output_padding"], spatial)
+    sum_at = library_sum(f.post_ops, operand_shapes, out_shape)  # the post-op the library runs as its sum
+    sum_dequantize = None if sum_at is None else f.post_ops[sum_at].dequantize
+    sum_zero_point = sum_dequantize is not None and sum_dequantize.has_zero_points
     guarded = bool(guards.stride_not_below_kernel(code, kernel, strides))
     guard = guards.AMX_STRIDE_NOT_BELOW_KERNEL.name if guarded else None
     plan_args = dict(op=op, fusion=f, out_dtype=out_dtype, operand_shapes=tuple(operand_shapes),
@@ -252,7 +255,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
         unfused, guard = True, "int8_without_vnni"
         reason = (f"oneDNN 3.2's int8 kernels without VNNI (dispatch ISA {isa}) saturate u8 x s8 "
                   "products at 16 bits and halve s8-src weights")
-    elif isa in INT8_SUM_AFTER_POST_OP and (library_sum(f.post_ops, operand_shapes, out_shape) or 0) > 0:
+    elif isa in INT8_SUM_AFTER_POST_OP and (sum_at or 0) > 0:
         # The library runs the first Add of a dst-shaped tensor as its "sum" post-op (a later
         # one stays a binary Add). After another post-op (ReLU, Abs, LeakyReLU, Square, any
         # unary; a per-channel or one-valued binary), its AVX-512 int8 deconvolution
@@ -273,7 +276,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
                   f"VNNI (dispatch ISA {isa}), which saturates u8 x s8 products")
     elif (isa in INT8_SUM_AFTER_POST_OP and all(st == 1 for st in strides)
           and in_channels // op.attrs["groups"] <= INT8_SUM_ZERO_POINT_FEW_CHANNELS
-          and _sum_zero_point(f.post_ops, operand_shapes, out_shape) is not None):
+          and sum_zero_point):
         # The library's sum with a zero point, stride 1, at most 4 src channels per group:
         # oneDNN 3.2's AVX-512 int8 kernels refuse it (its deconvolution kernel takes no sum
         # zero point, and brgconv not every such shape) and it falls back to
@@ -408,7 +411,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
                 if flipped else staged_core(op, problem, plain_rule, SLOW_STRIDE_1_EPILOGUE))
     elif (f.int8 and not unfused and core.kind == lowerings.CONV_TRANSPOSE
           and guards.strided_deconvolution_epilogue("f32", strides)
-          and library_sum(f.post_ops, operand_shapes, out_shape) is not None):
+          and sum_at is not None):
         # the int8 deconvolution's 'sum' into an f32 dst on the strided kernel: wrong (3-D,
         # 256-512 channels: errors of 1-1.6x the output's scale on a Zen5, fuzz/fused_chains.py);
         # its ReLU, bias, scales and Quantize measured right. The int8 op, then the rest in f32
@@ -416,7 +419,7 @@ def make_plan(op: ConvTranspose, arrays: Sequence[Any], out: Optional[np.ndarray
                                               f"{guards.STRIDED_DECONVOLUTION_EPILOGUE.name})")
         guard = guard or guards.STRIDED_DECONVOLUTION_EPILOGUE.name
     if (f.int8 and isa and not unfused and not core.staged
-            and _sum_zero_point_before_binary(f.post_ops, operand_shapes, out_shape)):
+            and sum_at is not None and sum_zero_point and any(p.is_binary for p in f.post_ops[sum_at + 1:])):
         # The library's sum of a dequantized tensor with a zero point, followed by a binary
         # post-op (Multiply, Add, Maximum, Minimum of any broadcast): oneDNN 3.2's fused int8
         # kernels get up to 12 quantization steps wrong in part of dst (a third to a half of
@@ -599,19 +602,3 @@ def _executor(plan: FusedPlan, arrays: Sequence[Any]) -> Any:
     return native.Executor(plan.compiled, [call[i].dtype for i in given], plan.out_dtype, finite or "",
                           given, emulated, len(call))
 
-
-def _sum_zero_point(post_ops: Sequence[PostOp], operand_shapes: Sequence[Sequence[int]],
-                    dst_shape: Sequence[int]) -> Optional[int]:
-    """The index of the library's sum (:func:`library_sum`) if it dequantizes with a zero
-    point, else None."""
-    i = library_sum(post_ops, operand_shapes, dst_shape)
-    q = None if i is None else post_ops[i].dequantize
-    return i if q is not None and q.has_zero_points else None
-
-
-def _sum_zero_point_before_binary(post_ops: Sequence[PostOp], operand_shapes: Sequence[Sequence[int]],
-                                  dst_shape: Sequence[int]) -> bool:
-    """Whether the library's sum (:func:`library_sum`) dequantizes with a zero point and a
-    binary post-op follows it."""
-    i = _sum_zero_point(post_ops, operand_shapes, dst_shape)
-    return i is not None and any(p.is_binary for p in post_ops[i + 1:])
