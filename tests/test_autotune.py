@@ -155,9 +155,10 @@ def test_off_means_the_rules(tuning):
                                      *(f'{{"format": 1, "contexts": {{"c": {{"k": {{"name": "a", "candidates": ["a"], '
                                        f'"times_us": {{"a": 1}}, {bad}}}}}}}}}'
                                        for bad in ('"rejected": 5', '"confirm_us": [1]', '"batch": "2"',
-                                                   '"confirm_us": {"a": true}'))])
+                                                   '"confirm_us": {"a": true}')),
+                                     b'\xff\xfe{\x00}\x00'])  # UTF-16: not UTF-8
 def test_a_corrupt_or_foreign_file_is_ignored_with_a_warning_and_rewritten(tuning, content, read_at):
-    (tuning / tuning_cache.FILE_NAME).write_text(content)
+    (tuning / tuning_cache.FILE_NAME).write_bytes(content if isinstance(content, bytes) else content.encode())
     tuning_cache.forget()  # as a process starting with this file
     x, w = arrays()
     op = oc.ConvTranspose(**ATTRS)
@@ -391,6 +392,15 @@ def test_an_unwritable_cache_directory_warns_once_and_still_tunes(tuning, monkey
     op = oc.ConvTranspose(**ATTRS)
     op(x, w)  # remembered in this process, no second warning (filterwarnings = error)
     assert op.tuning.cached
+
+
+def test_a_cache_file_that_is_no_regular_file_is_not_read(tuning):
+    """A FIFO in the cache file's place would block the read forever: it is refused unread."""
+    os.mkfifo(tuning / tuning_cache.FILE_NAME)
+    tuning_cache.forget()
+    x, w = arrays()
+    with pytest.warns(tuning_cache.TuningCacheWarning, match="cannot read the autotuning cache .* not a regular file"):
+        oc.ConvTranspose(**ATTRS)(x, w)
 
 
 def test_set_autotune_takes_a_bool():

@@ -71,7 +71,9 @@ def _read(file: Path, warn: bool = True) -> dict[str, dict[str, Any]]:
     """The file's contexts; {} (with a warning, unless ``warn`` is false: already given on
     the first read) when it cannot be trusted."""
     try:
-        text = file.read_text(encoding="utf-8")
+        if file.exists() and not file.is_file():  # a FIFO would block the read, a device never end
+            raise IsADirectoryError(f"{file} is not a regular file")
+        raw = file.read_bytes()
     except (FileNotFoundError, NotADirectoryError):  # nothing cached yet
         return {}
     except OSError as e:
@@ -81,8 +83,8 @@ def _read(file: Path, warn: bool = True) -> dict[str, dict[str, Any]]:
         return {}
     why = None
     try:
-        data = json.loads(text)
-    except ValueError as e:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError too
         why = f"not JSON ({e})"
     except RecursionError:
         why = "not JSON this reader can follow (arrays or objects nested too deep)"
@@ -191,5 +193,5 @@ def clear() -> None:
     forget()
     try:
         path().unlink()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no file (its folder may be a file)
         pass
