@@ -325,8 +325,36 @@ def test_limit_from_the_environment():
     lines = proc.stdout.splitlines()
     assert lines[0] == str(512 * 1024)
     assert lines[1].startswith("MemoryError ConvTranspose:") and "ONEDNN_CONVT_MEMORY_LIMIT" in lines[1]
-    bad = run_python("import onednn_convt", ONEDNN_CONVT_MEMORY_LIMIT="lots")
-    assert bad.returncode != 0 and "ONEDNN_CONVT_MEMORY_LIMIT='lots'" in bad.stderr
+    # a value that is no byte count warns and leaves the default limit (the memory
+    # available), as the package's switches do with values they do not know
+    code = "from onednn_convt import limits\nprint(limits._limit is None)\n"
+    bad = run_python(code, ONEDNN_CONVT_MEMORY_LIMIT="lots", PYTHONWARNINGS="always")
+    assert bad.returncode == 0, bad.stderr
+    assert bad.stdout.split() == ["True"]
+    assert "RuntimeWarning: ONEDNN_CONVT_MEMORY_LIMIT='lots'" in bad.stderr and "the memory available" in bad.stderr
+
+
+def test_an_unknown_debug_fill_value_warns_and_keeps_it_off():
+    proc = run_python("from onednn_convt import limits\nprint(limits.debug_fill())\n",
+                      ONEDNN_CONVT_DEBUG_FILL="2", PYTHONWARNINGS="always")
+    assert proc.returncode == 0 and proc.stdout.split() == ["False"], proc.stderr
+    assert "RuntimeWarning: ONEDNN_CONVT_DEBUG_FILL='2'" in proc.stderr
+    proc = run_python("from onednn_convt import limits\nprint(limits.debug_fill())\n", ONEDNN_CONVT_DEBUG_FILL="yes")
+    assert proc.returncode == 0 and proc.stdout.split() == ["True"], proc.stderr
+
+
+def test_info_under_a_limit_below_its_dtype_probe(monkeypatch):
+    """info()'s dtype probe compiles a problem of a few hundred bytes: under a smaller limit
+    it says "unknown" (info and the bench and demo commands that read it still run), and the
+    answer is not kept for when the limit is raised."""
+    from onednn_convt.info import _probe_dtypes, dtype_support
+
+    _probe_dtypes.cache_clear()
+    monkeypatch.setattr(limits, "_limit", 1)
+    assert {v for per_op in dtype_support().values() for v in per_op.values()} == {"unknown"}
+    assert set(dtype_support()) == {"ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights"}
+    monkeypatch.setattr(limits, "_limit", None)
+    assert dtype_support()["ConvTranspose"]["f32"] == "native"
 
 
 def test_default_limit_reads_meminfo_and_cgroups(monkeypatch, tmp_path):

@@ -21,13 +21,25 @@ def omp_max_threads() -> int | None:
     return omp.max_threads()
 
 
-@functools.lru_cache(maxsize=None)
 def dtype_support() -> dict[str, dict[str, str]]:
     """For each op and dtype: ``"native"`` (oneDNN has a kernel on this CPU) or ``"emulated"``.
 
     Emulated means the op runs in f32 on values converted from the dtype, and the result is
-    rounded to the dtype (spec D10). Found by compiling a tiny problem with ``strict=True``.
+    rounded to the dtype (spec D10). Found by compiling a tiny problem with ``strict=True``
+    (once per process); ``"unknown"`` for each while a memory limit under the few hundred
+    bytes of that problem refuses it.
     """
+    try:
+        return _probe_dtypes()
+    except MemoryError:
+        return {op: dict.fromkeys(dtypes.FLOAT_DTYPES, "unknown") for op in _OPS}
+
+
+_OPS = ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_dtypes() -> dict[str, dict[str, str]]:
     from .ops import ConvTranspose, ConvTransposeBackwardData, ConvTransposeBackwardWeights
 
     rng = np.random.default_rng(0)

@@ -26,12 +26,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import native, shapes
+from . import environment, native, shapes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering.base import Lowering
@@ -74,19 +75,23 @@ def format_bytes(n: float) -> str:
 
 
 def _limit_from_env() -> int | None:
+    """``ONEDNN_CONVT_MEMORY_LIMIT`` in bytes; None (the default limit) when unset, and with a
+    RuntimeWarning when it is no byte count (as the package's switches do with a value they
+    do not know: the default limit, the memory available, still guards every call)."""
     text = os.environ.get(_ENV_LIMIT)
     if not text:
         return None
     try:
         return parse_bytes(text)
     except ValueError as e:
-        msg = f"{_ENV_LIMIT}={text!r}: {e}"
-        raise ValueError(msg) from None
+        msg = f"{_ENV_LIMIT}={text!r}: {e}; using the default (the memory available)"
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        return None
 
 
 _limit: int | None = _limit_from_env()
 #: whether debug fill is on (read it through debug_fill(); the call path reads it directly)
-filling: bool = os.environ.get(_ENV_FILL, "").strip().lower() not in ("", "0", "false", "no", "off")
+filling: bool = environment.switch(_ENV_FILL, False)
 
 
 def set_memory_limit(limit: int | None) -> None:
