@@ -9,6 +9,7 @@ import json
 import math
 import os
 import statistics
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,10 +167,16 @@ def test_compare_with_itself(tiny_run: dict) -> None:
 @pytest.mark.parametrize("content", ['{"a": 1}', "[" * 100_000, "{not json", '{"results": [1, 2]}',
                                      '{"results": [{"key": "k", "median_ms": "3"}]}',
                                      '{"results": [{"key": 7, "median_ms": 3}]}',
-                                     '{"results": [{"key": "k", "median_ms": NaN}]}', None])
+                                     '{"results": [{"key": "k", "median_ms": NaN}]}',
+                                     '{"meta": [], "results": [{"key": "k", "median_ms": 1}]}',
+                                     b"\xff\xfe{\x00}\x00", None, "/dev/zero"])
 def test_compare_rejects_what_it_cannot_compare(tmp_path, content) -> None:
     bad = tmp_path / "x.json"
-    if content is not None:  # None: no such file
+    if content == "/dev/zero":  # endless: refused at 64 MiB
+        bad = Path(content)
+    elif isinstance(content, bytes):
+        bad.write_bytes(content)
+    elif content is not None:  # None: no such file
         bad.write_text(content)
     with pytest.raises(ValueError, match="--compare .*expected a JSON result file"):
         report.read_json(bad)

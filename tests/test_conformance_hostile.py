@@ -389,3 +389,26 @@ def test_graph_json_reading_limits(tmp_path: Path) -> None:
     assert (
         result.outcome == INVALID and "13 dims; a logical tensor has at most 12" in result.message
     )
+
+
+def test_report_paths_are_checked_before_any_case_runs(tmp_path: Path, capsys) -> None:
+    """A report or dump path that cannot be written is refused up front (exit 2, a message
+    naming the option), not with a traceback after the run; a missing folder is created."""
+    from onednn_convt.cli import main
+    from onednn_convt.conformance.collect import bundled_suite
+
+    case = str(Path(bundled_suite()) / "cases" / "pattern_f32_eltwise.json")
+    (tmp_path / "a file").write_text("")
+    for option, path, says in [
+        ("--junit-xml", tmp_path, "--junit-xml " + str(tmp_path) + ": expected a file name, got a directory"),
+        ("--json", tmp_path / "a file" / "r.json", "--json " + str(tmp_path / "a file") + ": not a directory"),
+        ("--dump-failures", tmp_path / "a file", "--dump-failures " + str(tmp_path / "a file") + ": not a directory"),
+        ("--json", "", "--json: expected a file name, got ''"),
+    ]:
+        assert main(["conformance", case, option, str(path)]) == 2
+        captured = capsys.readouterr()
+        assert says in captured.err and "Traceback" not in captured.err, captured.err
+        assert "passed" not in captured.out  # refused before running
+    report = tmp_path / "new" / "folder" / "r.xml"
+    assert main(["conformance", case, "--junit-xml", str(report)]) == 0
+    assert ET.parse(report).getroot().tag in ("testsuites", "testsuite")

@@ -5,6 +5,7 @@ choices, and refuses a malformed layers file with a message. The tuner runs on a
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -108,3 +109,37 @@ def test_a_json_file_that_cannot_be_written_is_refused_before_tuning(cache_dir, 
     out = tmp_path / "new" / "dir" / "choices.json"  # missing parents are made
     assert cli.main(["tune", "--suite", "tiny", "--dtypes", "f32", "--formats", "NCX", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["records"]
+
+
+@pytest.mark.parametrize("retune", [[], ["--retune"]])
+def test_a_cache_folder_that_is_a_file_is_refused_before_tuning(tmp_path, monkeypatch, capsys, retune):
+    """tune's choices go to the cache file: where it cannot be written (its folder is a file),
+    tune says so and tunes nothing, rather than tuning, warning and printing "choices cached"."""
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    monkeypatch.setenv("ONEDNN_CONVT_CACHE_DIR", str(a_file))
+    tuning_cache.forget()
+    try:
+        assert cli.main(["tune", "--suite", "tiny", *retune]) == 2
+    finally:
+        tuning_cache.forget()
+    captured = capsys.readouterr()
+    assert f"tune: the autotuning cache file (in $ONEDNN_CONVT_CACHE_DIR or the user cache directory) {a_file}: not a directory" in captured.err
+    assert "choices cached" not in captured.out and a_file.read_text() == ""
+    tuning_cache.clear()  # no file to delete under a file: nothing to do, no error
+
+
+def test_an_endless_layers_file_is_refused_at_its_size_and_a_pipe_is_read(cache_dir, capsys):
+    """/dev/zero is read to 64 MiB and refused (not until memory runs out); a pipe (as from
+    the shell's <(...)) is a fair file."""
+    assert cli.main(["tune", "--layers-json", "/dev/zero"]) == 2
+    assert "larger than 67108864 bytes" in capsys.readouterr().err
+    read, write = os.pipe()
+    os.write(write, b'[{"name": "p", "n": 1, "ic": 4, "oc": 2, "spatial": [3], "kernel": [2]}]')
+    os.close(write)
+    try:
+        assert cli.main(["tune", "--layers-json", f"/dev/fd/{read}", "--ops", "fwd", "--dtypes", "f32",
+                         "--formats", "NCX"]) == 0
+    finally:
+        os.close(read)
+    assert "custom/p/fwd/f32/NCX" in capsys.readouterr().out

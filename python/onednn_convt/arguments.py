@@ -1,8 +1,10 @@
-"""argparse argument types the CLI's subcommands share (``bench``, ``tune``)."""
+"""argparse argument types and output-path checks the CLI's subcommands share (``bench``,
+``tune``, ``conformance``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -76,3 +78,38 @@ def make_writable_dir(option: str, directory: Path) -> str:
     if not os.access(directory, os.W_OK | os.X_OK):
         return f"{option} {directory}: this directory is not writable"
     return ""
+
+
+def make_writable_file(option: str, given: str | Path) -> str:
+    """Create the folder of file ``given`` (and its parents) if needed; '' if the file can then be
+    written (it is no folder, and its folder is writable), else a message naming ``option``
+    and why not (checked before a run, so that its results are not lost at the end)."""
+    if not str(given):
+        return f"{option}: expected a file name, got ''"
+    file = Path(given)
+    if file.is_dir():
+        return f"{option} {file}: expected a file name, got a directory"
+    if file.exists() and not os.access(file, os.W_OK):
+        return f"{option} {file}: this file is not writable"
+    return make_writable_dir(option, file.parent)
+
+
+#: the largest JSON file an option reads (``bench --compare``, ``tune --layers-json``): a
+#: bench run of every suite is a few MiB
+MAX_JSON_BYTES = 64 << 20
+
+
+def read_json_file(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON document in file ``path``: read to at most ``max_bytes`` (a pipe, as from
+    ``<(...)``, is read like a file; ``/dev/zero`` is refused at the size, not read forever).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+        ValueError: larger than ``max_bytes``, not UTF-8 or not JSON.
+        RecursionError: JSON nested deeper than Python's parser follows.
+    """
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes} bytes")
+    return json.loads(data.decode("utf-8"))

@@ -86,7 +86,7 @@ def layers_from_json(path: Path) -> list[suites.Layer]:
             forward problem whose float32 arrays fit in the memory limit.
     """
     try:
-        items = json.loads(path.read_text(encoding="utf-8"))
+        items = arguments.read_json_file(path)
         if not isinstance(items, list):
             raise TypeError("expected a list")
         layers = [
@@ -193,13 +193,20 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    unwritable = "" if args.json is None else arguments.make_writable_dir("tune: --json", args.json.parent)
-    if unwritable or (args.json is not None and args.json.is_dir()):
-        print(unwritable or f"tune: --json {args.json}: expected a file name, got a directory", file=sys.stderr)
+    # the choices go to the cache file (what tune is for) and --json: both writable, or nothing is tuned
+    cache = "tune: the autotuning cache file (in $ONEDNN_CONVT_CACHE_DIR or the user cache directory)"
+    unwritable = arguments.make_writable_file(cache, tuning_cache.path())
+    if not unwritable and args.json is not None:
+        unwritable = arguments.make_writable_file("tune: --json", args.json)
+    if not unwritable and args.retune:
+        try:
+            tuning_cache.clear()
+        except OSError as e:
+            unwritable = f"{cache} {tuning_cache.path()}: --retune cannot delete it ({e.strerror or e})"
+    if unwritable:
+        print(unwritable, file=sys.stderr)
         return 2
     autotune.set_autotune(True)
-    if args.retune:
-        tuning_cache.clear()
     records = []
     for cfg in tqdm(todo, desc="tuning", unit="config", file=sys.stderr):
         records.append(tune_config(cfg))

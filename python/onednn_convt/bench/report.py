@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .. import arguments
 from .runner import flagged
 
 Record = dict[str, Any]
@@ -410,13 +411,14 @@ def read_json(path: Path) -> dict[str, Any]:
     """
     expected = f"bench: --compare {path}: expected a JSON result file of 'onednn-convt bench'"
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        doc = arguments.read_json_file(path)
     except (OSError, ValueError, RecursionError) as e:
         raise ValueError(f"{expected}, got {e!r}") from None
     results = doc.get("results") if isinstance(doc, dict) else None
     if not isinstance(results, list) or not all(_comparable(r) for r in results):
         raise ValueError(f"{expected} (a 'results' list of objects with 'key' and 'median_ms')")
+    if not isinstance(doc.get("meta", {}), dict):
+        raise ValueError(f"{expected} (its 'meta' an object)")
     return dict(doc)
 
 

@@ -27,6 +27,7 @@ import ast
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 #: Op classes --dump accepts.
@@ -291,6 +292,7 @@ def _select(cases: list[Any], args: argparse.Namespace) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``onednn-convt conformance``; returns the exit status."""
+    from .. import arguments
     from . import report
     from .collect import collect
     from .judge import FAILED
@@ -300,6 +302,9 @@ def run(args: argparse.Namespace) -> int:
         if args.dump:
             text = dump_call(args.dump, args.shapes, args.dt)
             if args.output:
+                unwritable = arguments.make_writable_file("-o", args.output)
+                if unwritable:
+                    raise ValueError(unwritable)
                 with open(args.output, "w", encoding="utf-8") as f:
                     f.write(text)
             else:
@@ -307,6 +312,9 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if args.jobs < 1:
             raise ValueError(f"--jobs: expected N >= 1, got {args.jobs}")
+        unwritable = _unwritable_outputs(args)
+        if unwritable:
+            raise ValueError(unwritable)
         cases = _select(collect(args.paths, cases_root=args.cases_root, lines=args.line), args)
     except (ValueError, TypeError, OverflowError, MemoryError, RecursionError, OSError) as e:
         # usage errors: a bad --dump call or --shapes, a path that does not exist, an
@@ -340,6 +348,23 @@ def run(args: argparse.Namespace) -> int:
         _dump_failures(args.dump_failures, [r for r in results if r.outcome == FAILED])
     counts = reporter.finish(seconds)
     return 0 if counts["failed"] == 0 and counts["errors"] == 0 else 1
+
+
+def _unwritable_outputs(args: argparse.Namespace) -> str:
+    """Why a report or dump path cannot be written ('' if each can): checked before any case
+    runs, so that a run's results are not lost at its end."""
+    from .. import arguments
+
+    for option, file in (("--junit-xml", args.junit_xml), ("--json", args.json)):
+        if file is not None:
+            why = arguments.make_writable_file(option, file)
+            if why:
+                return why
+    if args.dump_failures is not None:
+        if not args.dump_failures:
+            return "--dump-failures: expected a directory, got ''"
+        return arguments.make_writable_dir("--dump-failures", Path(args.dump_failures))
+    return ""
 
 
 def _message(e: BaseException) -> str:
