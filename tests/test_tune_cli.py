@@ -143,3 +143,18 @@ def test_an_endless_layers_file_is_refused_at_its_size_and_a_pipe_is_read(cache_
     finally:
         os.close(read)
     assert "custom/p/fwd/f32/NCX" in capsys.readouterr().out
+
+
+def test_a_configuration_over_the_memory_limit_is_an_error_row(cache_dir, tmp_path, monkeypatch, capsys):
+    """A configuration over the memory limit is an error row (exit 1), not a traceback that
+    loses the others."""
+    from onednn_convt import limits
+
+    monkeypatch.setattr(limits, "_limit", 1024)  # under the tiny layer's 2 KiB forward
+    out = tmp_path / "choices.json"
+    assert cli.main(["tune", "--suite", "tiny", "--dtypes", "f32", "--formats", "NCX", "--json", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "tiny/tiny/fwd/f32/NCX" in printed and "ERROR MemoryError: ConvTranspose:" in printed
+    records = {r["key"]: r for r in json.loads(out.read_text())["records"]}
+    assert records["tiny/tiny/fwd/f32/NCX"]["error"].startswith("MemoryError")
+    assert len(records) == 3  # every op's row, each tried

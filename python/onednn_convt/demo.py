@@ -36,7 +36,8 @@ def add_arguments(parser: Any) -> None:
 
 
 def run(args: Any = None) -> int:
-    """Print the table; return 0 if every op is within tolerance."""
+    """Print the table; return 0 if every op ran within tolerance (1 if one did not, or
+    could not run under the memory limit)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((N, IC, X, X))
     w = rng.standard_normal((IC, OC, K, K))
@@ -45,7 +46,7 @@ def run(args: Any = None) -> int:
     header = f"{'op':<30} {'dtype':<5} {'in -> out shape':<34} {'rel.err':>9} {'tol':>9} {'kernel':<9} {'time':>9}"
     print(header)
     print("-" * len(header))
-    failed = 0
+    failed = not_run = 0
     for code, dtype in FLOAT_DTYPES.items():
         xr, wr, yr = (a.astype(dtype) for a in (x, w, y))
         fwd = ConvTranspose(**ATTRS)
@@ -61,7 +62,12 @@ def run(args: Any = None) -> int:
              lambda: reference.conv_transpose_backward_weights(xr, yr, w.shape, **ATTRS), xr.shape, N * X * X),
         ]
         for op, call, ref, in_shape, reduction in cases:
-            got = call()
+            try:
+                got = call()
+            except MemoryError as e:  # a memory limit below the layer's few hundred KiB
+                not_run += 1
+                print(f"{op:<30} {code:<5} not run: {e}")
+                continue
             err = accuracy.relative_error(got, ref())
             tol = accuracy.tolerance(code, reduction)
             ok = err <= tol and got.dtype == dtype
@@ -72,5 +78,5 @@ def run(args: Any = None) -> int:
                 f"{op:<30} {code:<5} {shape:<34} {err:9.2e} {tol:9.2e} {support[op][code]:<9} "
                 f"{seconds * 1e3:7.3f}ms{'' if ok else '  FAILED'}"
             )
-    print(f"{9 - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    print(f"{9 - failed - not_run} passed, {failed} failed" + (f", {not_run} not run" if not_run else ""))
+    return 1 if failed or not_run else 0

@@ -158,16 +158,21 @@ def configs(args: argparse.Namespace) -> list[suites.Config]:
 
 
 def tune_config(cfg: suites.Config) -> dict[str, Any]:
-    """Call one configuration with autotuning on; what the tuner chose and why."""
+    """Call one configuration with autotuning on; what the tuner chose and why (``error``:
+    why it could not be called, a memory limit below its arrays)."""
     case = cfg.build()
-    case.op(*case.args)
-    t = case.op.tuning
     lay = cfg.layer
     rec: dict[str, Any] = {
         "key": cfg.key, "op": cfg.op, "dtype": cfg.dtype, "data_format": cfg.data_format,
         "shape_class": lay.shape_class,
-        "lowering": case.op.lowering,
     }
+    try:
+        case.op(*case.args)
+    except MemoryError as e:
+        rec.update(lowering=None, chosen=None, rule=None, error=f"MemoryError: {e}")
+        return rec
+    t = case.op.tuning
+    rec["lowering"] = case.op.lowering
     if t is None:
         rec.update(chosen=None, rule=None, note="one candidate (a guard or the rules' only lowering)")
         return rec
@@ -212,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
         records.append(tune_config(cfg))
     print(f"{'configuration':<34} {'rules':<30} {'tuned':<30} {'speed-up':>8} {'cost s':>7}")
     for r in records:
+        if r.get("error"):
+            print(f"{r['key']:<34} ERROR {r['error']}")
+            continue
         speed = f"{r['speedup']:.2f}" if r.get("speedup") else "-"
         cost = "cache" if r.get("cached") else f"{r.get('seconds', 0):.2f}"
         print(f"{r['key']:<34} {str(r['rule'] or '-'):<30} {str(r['chosen'] or r['lowering']):<30} {speed:>8} {cost:>7}")
@@ -221,4 +229,4 @@ def run(args: argparse.Namespace) -> int:
         where = {"microarchitecture": me.microarchitecture, "name": me.name}
         args.json.write_text(json.dumps({"context": tuning_cache.context(), "cpu": where, "isa": guards.dispatch_isa(),
                                          "records": records}, indent=1))
-    return 0
+    return 1 if any(r.get("error") for r in records) else 0

@@ -230,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
         rec = runner.run_config(cfg, opts, peak)
         if tuned is not None:
             rec["tuning"] = tuned
-            runner.measure_first_calls(cfg, rec)
+            if not tuned.get("error"):  # (the row has the same error, from its own call)
+                runner.measure_first_calls(cfg, rec)
         records.append(rec)
         print(" " + _progress(rec) + f"  [{time.perf_counter() - start:.0f} s]", file=sys.stderr, flush=True)
 
