@@ -6,6 +6,8 @@ A fuzzer is a module of this folder with
 - ``PER_PROCESS``: how many consecutive trials one child runs (1 for fuzzers whose trial
   owns the process: threads, fork);
 - ``TIMEOUT``: seconds one trial may take before it counts as a hang;
+- ``ISA_DEPENDENT`` (optional, default True): False for a fuzzer whose surfaces do not
+  change with ``ONEDNN_MAX_CPU_ISA`` (the slow tests then run it natively only);
 - ``REQUIRES`` (optional): modules its trials import that the package does not need (torch);
   :func:`missing_modules` names those not installed;
 - ``trial(rng, index)``: one trial. It returns a short description of what it tried, or
@@ -50,6 +52,7 @@ FUZZERS = {
     "threads": "threads",
     "fork": "fork",
     "torch": "torch_layers",
+    "cli": "cli_options",
 }
 #: the environment of every child (the memory limit makes a huge allocation an error
 #: that names the op, not a machine out of memory)

@@ -19,7 +19,7 @@ from isa_scan import ISA_LEVELS  # noqa: E402
 from test_isa_matrix import require  # noqa: E402
 
 #: trials per fuzzer in the default run (the slow run: SLOW_FACTOR times as many)
-CI_TRIALS = {"conformance": 60, "api": 60, "fused": 40, "plain": 60, "threads": 8, "fork": 8, "torch": 60}
+CI_TRIALS = {"conformance": 60, "api": 60, "fused": 40, "plain": 60, "threads": 8, "fork": 8, "torch": 60, "cli": 24}
 SLOW_FACTOR = 10
 
 
@@ -51,6 +51,8 @@ def test_fuzzer_finds_nothing(name: str) -> None:
 def test_fuzzer_finds_nothing_ten_times_further(name: str, level: str | None) -> None:
     _require_modules(name)
     if level is not None:
+        if not getattr(harness.load(name), "ISA_DEPENDENT", True):
+            pytest.skip(f"the {name} fuzzer's surfaces (options, files, environment) do not depend on the ISA")
         require(level)
     trials = SLOW_FACTOR * CI_TRIALS[name]
     _check(harness.run(name, seed=7, trials=trials, isa=level), trials)
