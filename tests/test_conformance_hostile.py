@@ -412,3 +412,15 @@ def test_report_paths_are_checked_before_any_case_runs(tmp_path: Path, capsys) -
     report = tmp_path / "new" / "folder" / "r.xml"
     assert main(["conformance", case, "--junit-xml", str(report)]) == 0
     assert ET.parse(report).getroot().tag in ("testsuites", "testsuite")
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "100000", "9" * 400, "two"])
+def test_a_worker_count_past_the_cpus_is_refused(jobs: str, capsys) -> None:
+    """-j 100000 would start that many processes; -j 0 none: both refused by the parser."""
+    from onednn_convt.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["conformance", "--list", "-j", jobs])
+    assert e.value.code == 2
+    says = "a worker process count from 1 to" if jobs == "100000" else "expected a positive int"
+    assert says in capsys.readouterr().err

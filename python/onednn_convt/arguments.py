@@ -47,12 +47,36 @@ def _bounded(kind: Any, what: str, ok: Any) -> Any:
     def parse(text: str) -> Any:
         try:
             value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not math.isfinite(value) or not ok(value):
+            fits = math.isfinite(value) and ok(value)
+        except (ValueError, OverflowError):  # not a number, or an int past any float
+            fits = False
+        if not fits:
             msg = f"expected {what} {kind.__name__}, got {text!r}"
             raise argparse.ArgumentTypeError(msg)
         return value
+
+    return parse
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; the CPU count without one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def up_to_cpus(what: str) -> Any:
+    """A parser of a count of ``what`` (threads, worker processes): 1 to :func:`usable_cpus`
+    (more than the CPUs only times the scheduler; 100,000 threads made OpenMP start that
+    many)."""
+
+    def parse(text: str) -> int:
+        n = int(positive(int)(text))
+        if n > usable_cpus():
+            msg = f"expected {what} from 1 to {usable_cpus()} (the CPUs this process may use), got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return n
 
     return parse
 

@@ -69,8 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="give each forward a bias (one value per output channel), as torch.nn layers have by default")
     parser.add_argument("--skip-slow", action="store_true",
                         help="leave out layers marked slow (the inverse-STFT-like layer)")
-    parser.add_argument("--threads", type=arguments.positive(int), default=None,
-                        help="threads for oneDNN (OpenMP) and PyTorch alike; default: all CPUs")
+    parser.add_argument("--threads", type=arguments.up_to_cpus("a thread count"), default=None,
+                        help="threads for oneDNN (OpenMP) and PyTorch alike, at most the CPUs this "
+                             "process may use; default: all of them")
     parser.add_argument("--repeat", type=arguments.positive(int), default=None,
                         help="samples per measurement (default 11, 5 with --quick)")
     parser.add_argument("--budget", type=arguments.positive(float), default=None,

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from .. import arguments
+
 #: Op classes --dump accepts.
 DUMP_KINDS = (
     "ConvTranspose",
@@ -91,7 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run only the I-th of N equal parts of the selected cases (1 <= I <= N)",
     )
     parser.add_argument(
-        "-j", "--jobs", type=int, default=1, metavar="N", help="worker processes (default 1)"
+        "-j", "--jobs", type=arguments.up_to_cpus("a worker process count"), default=1, metavar="N",
+        help="worker processes, at most the CPUs this process may use (default 1)"
     )
     parser.add_argument("--junit-xml", metavar="FILE", help="write a JUnit XML report")
     parser.add_argument("--json", metavar="FILE", help="write a JSON report")
@@ -292,7 +295,6 @@ def _select(cases: list[Any], args: argparse.Namespace) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``onednn-convt conformance``; returns the exit status."""
-    from .. import arguments
     from . import report
     from .collect import collect
     from .judge import FAILED
@@ -310,8 +312,6 @@ def run(args: argparse.Namespace) -> int:
             else:
                 sys.stdout.write(text)
             return 0
-        if args.jobs < 1:
-            raise ValueError(f"--jobs: expected N >= 1, got {args.jobs}")
         unwritable = _unwritable_outputs(args)
         if unwritable:
             raise ValueError(unwritable)
@@ -353,8 +353,6 @@ def run(args: argparse.Namespace) -> int:
 def _unwritable_outputs(args: argparse.Namespace) -> str:
     """Why a report or dump path cannot be written ('' if each can): checked before any case
     runs, so that a run's results are not lost at its end."""
-    from .. import arguments
-
     for option, file in (("--junit-xml", args.junit_xml), ("--json", args.json)):
         if file is not None:
             why = arguments.make_writable_file(option, file)
