@@ -188,11 +188,24 @@ def _layers(rng: np.random.Generator) -> list[dict[str, Any]]:
              "pad": int(rng.integers(0, 2)), "groups": _pick(rng, [1, 2])}]
 
 
+def _long(value: str) -> bool:
+    """Whether ``value`` reads as a number above 10 (as seconds or repeats: a valid, long run)."""
+    try:
+        return float(value) > 10
+    except (ValueError, OverflowError):
+        return False
+
+
+#: options whose large valid values only make a run long (bench's budget, samples, waits)
+DURATIONS = {"--budget", "--repeat", "--wait-idle", "--torch-limit", "--retry-busy", "--retry-noisy"}
+
+
 def _value(option: str, command: str, ctx: Context) -> str:
     """A value for ``option`` of ``command``: mostly valid, often hostile."""
     rng = ctx.rng
     if rng.random() < 0.25:
-        return str(_pick(rng, HOSTILE))
+        hostile = [v for v in HOSTILE if not (option in DURATIONS and _long(v))]
+        return str(_pick(rng, hostile))
     good: dict[str, Callable[[], str]] = {
         "--suite": lambda: _pick(rng, SHORT_SUITES + ["models,bogus", "step,tiny", "fused,tiny", "tiny,"]),
         "--ops": lambda: _subset(rng, ["fwd", "bwd_d", "bwd_w", "ConvTranspose", "FWD"]),
@@ -200,7 +213,7 @@ def _value(option: str, command: str, ctx: Context) -> str:
         "--dt": lambda: _subset(rng, ["f32", "bf16", "f16", "int8"]),
         "--formats": lambda: _subset(rng, ["NCX", "NXC", "ncx"]),
         "--layers": lambda: _pick(rng, ["tiny", "tiny,tiny", "nope", "tiny,nope"]),
-        "--threads": lambda: str(rng.integers(1, 4)),
+        "--threads": lambda: _pick(rng, ["1", "2", "3", "100000"]),
         "--repeat": lambda: str(rng.integers(1, 4)),
         "--budget": lambda: f"{rng.uniform(0.0005, 0.01):.4f}",
         "--out": lambda: ctx.output_path("dir"),
@@ -218,7 +231,7 @@ def _value(option: str, command: str, ctx: Context) -> str:
         "--torch-limit": lambda: _pick(rng, ["0.01", "1", "0"]),
         "-k": lambda: _pick(rng, ["f32", "deconv", "bf16", "int8", "NOPE", "[", "*", "\\"]),
         "--shard": lambda: _pick(rng, ["1/1", "1/2", "2/2", "3/40", "40/40", "1/100000"]),
-        "--jobs": lambda: _pick(rng, ["1", "2", "64"]),
+        "--jobs": lambda: _pick(rng, ["1", "2", "64", "100000"]),
         "-j": lambda: _pick(rng, ["1", "2"]),
         "--cases-root": lambda: _pick(rng, [str(ctx.root), str(ctx.root / "a dir"), str(ctx.root / "missing")]),
         "--line": lambda: _pick(rng, ["--reset --case=op/f32/deconv.json", "--reset --mb=0 --case=x.json",
@@ -231,7 +244,7 @@ def _value(option: str, command: str, ctx: Context) -> str:
         "--shapes": lambda: _pick(rng, ["1x4x5x5", "1x4x5x5 4x3x3x3", "0x4x5x5", "a", "1x" * 300 + "1"]),
     }
     make = good.get(option)
-    return make() if make else str(_pick(rng, HOSTILE))
+    return make() if make else str(_pick(rng, [v for v in HOSTILE if not (option in DURATIONS and _long(v))]))
 
 
 def _positionals(command: str, ctx: Context) -> list[str]:

@@ -142,8 +142,10 @@ def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the ha
         raise Failure(f"{what}: ran, where the op cannot give the positions past the full output")
     # .to(dtype) of a tensor already in it is the tensor itself: ours sees the layouts drawn
     ours_out, ours_grads = run(getattr(oct, f"conv_transpose{rank}d"), dtype, (x, w, b0, g))
+    # the reference on contiguous copies: the values are the same, and torch's float64 layer
+    # refuses some layouts itself ("grad_weight needs to be contiguous", seed 1128103 trial 266)
     ref_out, ref_grads = run(getattr(torch.nn.functional, f"conv_transpose{rank}d"), torch.float64,
-                             (x, w, b0, g))
+                             (x.contiguous(), w.contiguous(), b0, g.contiguous()))
     if tuple(ours_out.shape) != tuple(ref_out.shape) or ours_out.dtype != dtype:
         raise Failure(f"{what}: output {tuple(ours_out.shape)} {ours_out.dtype}, expected "
                       f"{tuple(ref_out.shape)} {dtype}")
