@@ -210,7 +210,8 @@ def test_models_suite_is_the_issue_list() -> None:
 
 @pytest.mark.parametrize("argv", [["--suite", "huge"], ["--ops", "fwd,nope"], ["--threads", "0"],
                                   ["--dtypes", "f64"], ["--threads", "100000"], ["--threads", "9" * 400],
-                                  ["--budget", "9" * 400], ["--repeat", "1e3"]])
+                                  ["--budget", "9" * 400], ["--repeat", "1e3"], ["--name", "x" * 300],
+                                  ["--out=--"]])
 def test_bad_options_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(["bench", *argv])

@@ -158,3 +158,15 @@ def test_a_configuration_over_the_memory_limit_is_an_error_row(cache_dir, tmp_pa
     records = {r["key"]: r for r in json.loads(out.read_text())["records"]}
     assert records["tiny/tiny/fwd/f32/NCX"]["error"].startswith("MemoryError")
     assert len(records) == 3  # every op's row, each tried
+
+
+def test_output_names_too_long_are_refused_before_tuning(cache_dir, tmp_path, capsys):
+    """A --json name or folder past the file system's 255 bytes is refused up front (it
+    raised OSError after tuning), and so is --json=-- (argparse hands over [] for it)."""
+    for target in (tmp_path / ("x" * 300), tmp_path / ("x" * 300) / "c.json"):
+        assert cli.main(["tune", "--suite", "tiny", "--json", str(target)]) == 2
+        assert "tune: --json" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["tune", "--suite", "tiny", "--json=--"])
+    assert e.value.code == 2 and "argument --json: expected a value, got '--'" in capsys.readouterr().err
+    assert not (cache_dir / "autotune.json").exists()

@@ -81,10 +81,17 @@ def up_to_cpus(what: str) -> Any:
     return parse
 
 
+#: the longest base name of result files (file systems take 255 bytes, with .json added)
+MAX_STEM_BYTES = 200
+
+
 def file_stem(text: str) -> str:
     """A parser of a base name for result files: no path separator, not empty, not '.' or '..'."""
     if not text or text in (".", "..") or "/" in text or "\\" in text or "\0" in text:
         msg = f"expected a file name without directories (results go to --out), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    if len(os.fsencode(text)) > MAX_STEM_BYTES:
+        msg = f"expected a file name of at most {MAX_STEM_BYTES} bytes (with .json and the like added), got {len(os.fsencode(text))}"
         raise argparse.ArgumentTypeError(msg)
     return text
 
@@ -93,11 +100,11 @@ def make_writable_dir(option: str, directory: Path) -> str:
     """Create ``directory`` (and its parents) if needed; '' if it is a directory this process
     can write into, else a message naming ``option`` and why not (checked before a long
     run, so that its results are not lost at the end)."""
-    if directory.exists() and not directory.is_dir():
-        return f"{option} {directory}: not a directory"
     try:
+        if directory.exists() and not directory.is_dir():
+            return f"{option} {directory}: not a directory"
         directory.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
+    except OSError as e:  # a name too long, a parent that is a file, no permission
         return f"{option} {directory}: cannot create this directory ({e.strerror or e})"
     if not os.access(directory, os.W_OK | os.X_OK):
         return f"{option} {directory}: this directory is not writable"
@@ -111,11 +118,22 @@ def make_writable_file(option: str, given: str | Path) -> str:
     if not str(given):
         return f"{option}: expected a file name, got ''"
     file = Path(given)
-    if file.is_dir():
-        return f"{option} {file}: expected a file name, got a directory"
-    if file.exists() and not os.access(file, os.W_OK):
-        return f"{option} {file}: this file is not writable"
-    return make_writable_dir(option, file.parent)
+    try:
+        if file.is_dir():
+            return f"{option} {file}: expected a file name, got a directory"
+        if file.exists() and not os.access(file, os.W_OK):
+            return f"{option} {file}: this file is not writable"
+    except OSError as e:  # a name too long, a loop of links
+        return f"{option} {file}: {e.strerror or e}"
+    why = make_writable_dir(option, file.parent)
+    if not why:
+        try:
+            longest = os.pathconf(file.parent, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            longest = 255
+        if len(os.fsencode(file.name)) > longest:
+            why = f"{option} {file}: a file name longer than this folder takes ({longest} bytes)"
+    return why
 
 
 #: the largest JSON file an option reads (``bench --compare``, ``tune --layers-json``): a

@@ -120,7 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of ``python -m onednn_convt``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser({chosen}).parse_args(argv)
+    parser = build_parser({chosen})
+    given_dashes = next((a for a in argv if a.startswith("--") and a.endswith("=--")), None)
+    if given_dashes:  # argparse turns the value '--' into [] and calls no type (CPython's)
+        parser.error(f"argument {given_dashes[:-3]}: expected a value, got '--'")
+    args = parser.parse_args(argv)
     return int(args.module.run(args))
 
 
