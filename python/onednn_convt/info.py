@@ -21,6 +21,10 @@ def omp_max_threads() -> int | None:
     return omp.max_threads()
 
 
+#: the ops :func:`dtype_support` reports on
+_OPS = ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
+
+
 def dtype_support() -> dict[str, dict[str, str]]:
     """For each op and dtype: ``"native"`` (oneDNN has a kernel on this CPU) or ``"emulated"``.
 
@@ -33,9 +37,6 @@ def dtype_support() -> dict[str, dict[str, str]]:
         return _probe_dtypes()
     except MemoryError:
         return {op: dict.fromkeys(dtypes.FLOAT_DTYPES, "unknown") for op in _OPS}
-
-
-_OPS = ("ConvTranspose", "ConvTransposeBackwardData", "ConvTransposeBackwardWeights")
 
 
 @functools.lru_cache(maxsize=None)
