@@ -276,13 +276,19 @@ class Op:
             raise ValueError(layouts.rank_mismatch(self.op_name, first, second, a["data_format"], a["weights_format"]))
 
     def _geometry(self, spatial: int, kernel: Sequence[int]) -> Geometry:
-        """Strides, dilations and pads per spatial dim, auto_pad resolved."""
+        """Strides, dilations and pads per spatial dim, auto_pad resolved, and dilation 1
+        along a kernel of size 1: there it changes nothing (the dilated kernel is one tap
+        either way), and passed on it made oneDNN 3.2 choose its ``jit_bf16_1x1`` backward-
+        data kernel for a strided 1x1 ConvolutionBackwardData, wrong at some sizes (bf16,
+        src 5x6, stride 1x2, output_padding 0x1: every other output wrong by up to 5x; see
+        docs/deviations.md); without it the library runs ``brgconv_strided``, right."""
         a, op = self.attrs, self.op_name
         s = schema.per_dim(op, "strides", a["strides"], spatial)
         d = schema.per_dim(op, "dilations", a["dilations"], spatial)
         pb = schema.per_dim(op, "pads_begin", a["pads_begin"], spatial)
         pe = schema.per_dim(op, "pads_end", a["pads_end"], spatial)
         pb, pe = shapes.resolve_pads(kernel, s, d, a["auto_pad"], pb, pe)
+        d = [1 if k == 1 else dd for k, dd in zip(kernel, d)]
         return Geometry(tuple(s), tuple(d), tuple(pb), tuple(pe))
 
     def _check_channels(
