@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -77,9 +78,10 @@ def test_guards_apply_only_on_their_isas(monkeypatch):
     assert guards.stride_not_below_kernel("bf16", (1, 1), (3, 3)) == ()
     assert guards.active(guards.BF16_BACKWARD_WEIGHTS_SHORT_SRC, "bf16")
     assert [g["name"] for g in guards.report()] == ["bf16_backward_weights_short_src", "strided_deconvolution_epilogue",
-                                                     "avx512_backward_weights_depth_pad"]
+                                                     "avx512_backward_weights_depth_pad", "strided_1x1_backward_weights"]
     monkeypatch.setattr(guards, "dispatch_isa", lambda: "avx2")  # bf16 computed in f32 there
-    assert [g["name"] for g in guards.report()] == ["strided_deconvolution_epilogue"]  # every ISA
+    assert [g["name"] for g in guards.report()] == ["strided_deconvolution_epilogue",  # every ISA
+                                                     "strided_1x1_backward_weights"]
 
 
 #: BackwardData problems of each route (NCX and NXC, IOX and XOI, groups, dilation)
@@ -321,3 +323,47 @@ def test_backward_weights_depth_front_pad_keeps_off_avx512_kernels():
     env = dict(os.environ, MALLOC_CHECK_="3")
     proc = subprocess.run([sys.executable, "-c", _DEPTH_PAD], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])
+
+
+@pytest.mark.parametrize("name", ["ConvTransposeBackwardWeights", "ConvolutionBackwardWeights", "Channels-last",
+                                  "ConvolutionBackwardWeights in f32"])
+@pytest.mark.parametrize("cfg", [
+    Config(src=(5, 6), kernel=(1, 1), n=1, ic=1, oc=3, strides=(1, 2), output_padding=(0, 1)),
+    Config(src=(4, 5), kernel=(1, 1), n=2, ic=3, oc=5, strides=(2, 3), pads_begin=(1, 2), pads_end=(2, 0),
+           output_padding=(1, 2), data_format="NXC", weights_format="XOI"),
+    Config(src=(3, 2, 4), kernel=(1, 1, 1), n=1, ic=2, oc=4, groups=2, strides=(3, 1, 2), pads_begin=(2, 0, 1)),
+], ids=["crash_case", "pads_nxc", "3d_groups"])
+def test_a_strided_1x1_backward_weights_runs_at_unit_stride_in_a_child(cfg, name):
+    """strided_1x1_backward_weights: the library's strided 1x1 backward-weights kernel wrote
+    past its scratchpad (a crash at the next compile in 6 of 8 processes on an AMD Zen4).
+    Each library lowering gets diff_dst's tapped rows at unit stride, in a child process
+    (where a heap corruption would kill it), right against the reference."""
+    code = f"""
+import sys, numpy as np
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from dataclasses import replace
+from helpers import Config, assert_close
+from test_numerics import inputs_of, reference
+from test_lowering_candidates import op_of, call_arrays
+from onednn_convt import lowering
+cfg = {cfg!r}
+op = "ConvTransposeBackwardWeights"
+for code in ("f32", "bf16"):
+    arrays = inputs_of(op, cfg.tensors(np.random.default_rng(3), code), cfg)
+    inst = op_of(op, cfg)
+    given = call_arrays(op, cfg, arrays)
+    problem = inst._problem(given, code)
+    names = lowering.candidates(problem)
+    if {name!r} not in names:
+        continue
+    low = lowering.build(problem, {name!r})
+    for _ in range(3):  # a corrupted heap shows at a later compile
+        got = inst._target().plan(replace(low, single_thread=False), given, None, code).run(given, None)
+    assert_close(got, reference(op, cfg, arrays), code, cfg.bwd_weights_reduction, {name!r})
+    print(code, low.guard)
+    for other in names:  # more compiles, where a corrupted heap gives way
+        inst._target().plan(lowering.build(problem, other), given, None, code).run(given, None)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "strided_1x1_backward_weights" in proc.stdout or not proc.stdout.strip(), proc.stdout

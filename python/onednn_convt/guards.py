@@ -169,8 +169,27 @@ AVX512_BACKWARD_WEIGHTS_DEPTH_PAD = Guard(
     ),
 )
 
+STRIDED_1X1_BACKWARD_WEIGHTS = Guard(
+    name="strided_1x1_backward_weights",
+    isas={"f32": EVERY_ISA, "bf16": EVERY_ISA, "f16": EVERY_ISA},
+    condition="BackwardWeights with a kernel of 1 in every dim and a stride > 1 (both library ops)",
+    route=(
+        "the stride-1 BackwardWeights of src and the diff_dst rows its taps read (every s-th, "
+        "from -pads_begin; rows in the pads as zeros), copied into an array of src's spatial size"
+    ),
+    evidence=(
+        "AMD Zen4 (EPYC, avx512_core_bf16), 2 threads: the f32 strided 1x1 backward-weights "
+        "kernel (jit_1x1:avx512_core) on an NHWC diff_dst of 3 channels and 5x12 positions "
+        "(stride 1x2, output_padding 0x1) crashed the process (segfault or abort) in 6 of 8 "
+        "runs, at the next compile after it; its reduce-to-unit-stride copy writes past its "
+        "scratchpad with fewer channels than the kernel's block (upstream issue 6035, open "
+        "against oneDNN 3.12). Routed for every dtype, ISA and channel count: the route is the "
+        "copy the library's kernel makes itself"
+    ),
+)
+
 GUARDS = (AMX_STRIDE_NOT_BELOW_KERNEL, AMX_PADDING_ONLY_OUTPUTS, BF16_BACKWARD_WEIGHTS_SHORT_SRC,
-          STRIDED_DECONVOLUTION_EPILOGUE, AVX512_BACKWARD_WEIGHTS_DEPTH_PAD)
+          STRIDED_DECONVOLUTION_EPILOGUE, AVX512_BACKWARD_WEIGHTS_DEPTH_PAD, STRIDED_1X1_BACKWARD_WEIGHTS)
 
 #: pads_begin in depth from which :data:`AVX512_BACKWARD_WEIGHTS_DEPTH_PAD` applies
 DEPTH_PAD_LIMIT = 3
@@ -223,6 +242,13 @@ def strided_deconvolution_epilogue(code: str, strides: Sequence[int]) -> bool:
     """Whether a ConvTranspose in dtype ``code`` with these strides must keep its bias and
     post-ops out of the library's deconvolution (:data:`STRIDED_DECONVOLUTION_EPILOGUE`)."""
     return active(STRIDED_DECONVOLUTION_EPILOGUE, code) and any(s > 1 for s in strides)
+
+
+def strided_1x1_backward_weights(code: str, kernel: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether a BackwardWeights in dtype ``code`` must not hand the library its strides
+    (:data:`STRIDED_1X1_BACKWARD_WEIGHTS`): a kernel of 1 in every dim, a stride above 1."""
+    return (active(STRIDED_1X1_BACKWARD_WEIGHTS, code) and all(k == 1 for k in kernel)
+            and any(s > 1 for s in strides))
 
 
 def backward_weights_depth_pad(code: str, pads_begin: Sequence[int]) -> int:

@@ -74,6 +74,8 @@ def build(p: Problem, name: str) -> Lowering:
     else:
         raise ValueError(f"ConvTransposeBackwardWeights: no lowering named {name!r}")
     attrs["weights_shape"] = list(wshape)
+    if guards.strided_1x1_backward_weights(p.dtype, p.kernel, p.geometry.strides):
+        return _unit_stride(p, name, attrs, inputs, f32_only, guard)
     front = guards.backward_weights_depth_pad(p.dtype, p.geometry.pads_begin)
     if not front:
         return Lowering(name, attrs, inputs, wshape, f32_only=f32_only, guard=guard, name=name)
@@ -97,3 +99,41 @@ def build(p: Problem, name: str) -> Lowering:
 
     return Lowering(name, attrs, inputs, wshape, prepare=unpad, prepared_elems=math.prod(padded), f32_only=f32_only,
                     guard=guard or guards.AVX512_BACKWARD_WEIGHTS_DEPTH_PAD.name, name=name)
+
+
+def _unit_stride(p: Problem, name: str, attrs: dict[str, Any], inputs: tuple[int, ...], f32_only: bool,
+                 guard: str | None) -> Lowering:
+    """The guard strided_1x1_backward_weights: a 1x1 kernel's taps read diff_dst row
+    ``s*i - pads_begin`` for src row ``i`` (per dim), so the op is the stride-1, unpadded
+    BackwardWeights of src and those rows, copied into an array of src's spatial size
+    (rows that fall in the pads stay zeros: they add nothing)."""
+    g = p.geometry
+    rank = p.rank
+    attrs.update(strides=[1] * rank, pads_begin=[0] * rank, pads_end=[0] * rank, dilations=[1] * rank)
+    at = inputs.index(1)  # diff_dst among the library's inputs
+    first = 2 if p.data_format == "NCX" else 1  # the first spatial axis
+    shape = list(p.input_shapes[1])
+    shape[first:first + rank] = p.src
+    # per dim: the src rows whose diff_dst row exists, and that diff_dst row's slice
+    rows = []
+    for x, y, s, pb in zip(p.src, p.dst, g.strides, g.pads_begin):
+        lo = -(-pb // s)  # the first src row i with s*i - pb >= 0
+        hi = min(x, (y - 1 + pb) // s + 1)  # past the last with s*i - pb < y
+        hi = max(hi, lo)
+        rows.append((slice(lo, hi), slice(s * lo - pb, s * (hi - 1) - pb + 1 if hi > lo else s * lo - pb, s)))
+    into = [slice(None)] * len(shape)
+    take = [slice(None)] * len(shape)
+    for d, (dst_rows, dd_rows) in enumerate(rows):
+        into[first + d], take[first + d] = dst_rows, dd_rows
+    buffers = threading.local()  # the rows' array, one per thread (rows in the pads stay zero)
+
+    def unit_stride(args: list[np.ndarray]) -> list[np.ndarray]:
+        dd = args[at]
+        buffer = getattr(buffers, "dd", None)
+        if buffer is None or buffer.dtype != dd.dtype:
+            buffer = buffers.dd = np.zeros(shape, dd.dtype)
+        buffer[tuple(into)] = dd[tuple(take)]
+        return [buffer if i == at else a for i, a in enumerate(args)]
+
+    return Lowering(name, attrs, inputs, p.weights_shape, prepare=unit_stride, prepared_elems=math.prod(shape),
+                    f32_only=f32_only, guard=guard or guards.STRIDED_1X1_BACKWARD_WEIGHTS.name, name=name)
