@@ -280,8 +280,7 @@ def _environment(ctx: Context) -> dict[str, str]:
             value = _pick(rng, ENVIRONMENT[name]) if rng.random() < 0.5 else _pick(rng, HOSTILE)
             env[str(name)] = str(value).replace("{tmp}", str(ctx.root))
     cache = Path(env.get("ONEDNN_CONVT_CACHE_DIR", ""))
-    if cache.is_absolute():
-        ctx.allowed.append(cache / "autotune.json")
+    ctx.allowed.append((cache if cache.is_absolute() else ctx.root / "work" / cache) / "autotune.json")
     if rng.random() < 0.15:  # a hostile autotuning cache file
         try:
             if cache.is_absolute() and not cache.exists():
