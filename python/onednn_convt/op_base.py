@@ -288,8 +288,7 @@ class Op:
         pb = schema.per_dim(op, "pads_begin", a["pads_begin"], spatial)
         pe = schema.per_dim(op, "pads_end", a["pads_end"], spatial)
         pb, pe = shapes.resolve_pads(kernel, s, d, a["auto_pad"], pb, pe)
-        d = [1 if k == 1 else dd for k, dd in zip(kernel, d)]
-        return Geometry(tuple(s), tuple(d), tuple(pb), tuple(pe))
+        return Geometry(tuple(s), tuple(1 if k == 1 else dd for k, dd in zip(kernel, d)), tuple(pb), tuple(pe))
 
     def _check_channels(
         self, ic: int, i: int, oc: int, o: int, ic_name: str, oc_name: str, w_name: str,
