@@ -196,6 +196,8 @@ def _long(value: str) -> bool:
         return False
 
 
+#: options naming a file or folder the command writes
+OUTPUTS = {"--out", "--dump-failures", "--json", "--junit-xml", "--output", "-o"}
 #: options whose large valid values only make a run long (bench's budget, samples, waits)
 DURATIONS = {"--budget", "--repeat", "--wait-idle", "--torch-limit", "--retry-busy", "--retry-noisy"}
 
@@ -310,7 +312,10 @@ def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the ha
             if action.nargs == 0:
                 argv.append(flag)
                 continue
-            value = _value(flag if flag in ("-k", "-o", "-j") else action.option_strings[-1], command, ctx)
+            option = flag if flag in ("-k", "-o", "-j") else action.option_strings[-1]
+            value = _value(option, command, ctx)
+            if option in OUTPUTS and value:  # a path given is the command's to write, relative to its folder
+                ctx.allowed.append(Path(value) if Path(value).is_absolute() else root / "work" / value)
             if value.startswith("-") and rng.random() < 0.5:
                 argv.append(f"{flag}={value}" if flag.startswith("--") else flag + value)
             else:
