@@ -195,11 +195,12 @@ def test_disabled_guards_route_nothing(amx, monkeypatch):
 
 
 @pytest.mark.parametrize(("level", "expected"), [
-    ("AVX2", ["strided_deconvolution_epilogue"]),
+    ("AVX2", ["strided_deconvolution_epilogue", "strided_1x1_backward_weights"]),
     ("AVX512_CORE_BF16", ["bf16_backward_weights_short_src", "strided_deconvolution_epilogue",
-                          "avx512_backward_weights_depth_pad"]),
+                          "avx512_backward_weights_depth_pad", "strided_1x1_backward_weights"]),
     ("AVX512_CORE_AMX", ["amx_stride_not_below_kernel", "amx_padding_only_outputs", "bf16_backward_weights_short_src",
-                         "strided_deconvolution_epilogue", "avx512_backward_weights_depth_pad"]),
+                         "strided_deconvolution_epilogue", "avx512_backward_weights_depth_pad",
+                         "strided_1x1_backward_weights"]),
 ])
 def test_info_names_the_dispatched_isa_and_its_guards(level, expected):
     code = "import json, onednn_convt as oc; i = oc.info(); print(json.dumps([i['cpu_isa'], [g['name'] for g in i['guards']], i['rules']]))"

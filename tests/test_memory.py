@@ -382,8 +382,9 @@ def test_default_limit_reads_meminfo_and_cgroups(monkeypatch, tmp_path):
         # a dim of 2**31 (a broadcast view: no memory), the batch
         (lambda: oc.ConvTranspose()(np.broadcast_to(np.ones((1, 1, 1), np.float32), (2**31, 1, 1)),
                                     np.ones((1, 1, 1), np.float32)), "dimension of 2**31"),
-        # a dilation oneDNN would truncate, even on a kernel of 1
-        (lambda: oc.ConvTranspose(dilations=2**31)(np.ones((1, 3, 2), np.float32), np.ones((1, 2, 2), np.float32)),
+        # a dilation oneDNN would truncate (pads_end crops the output back to 3)
+        (lambda: oc.ConvTranspose(dilations=2**31, pads_end=2**31)(np.ones((1, 3, 2), np.float32),
+                                                                    np.ones((2, 2, 2), np.float32)),
          "dilation 2147483648"),
         # pads and stride that overflow oneDNN's int arithmetic with a small, valid dst
         (lambda: oc.ConvTranspose(strides=2**31 - 1, pads_end=2**31 - 2)(
@@ -397,6 +398,13 @@ def test_library_range_raises_value_error(call, words):
     with pytest.raises(ValueError, match="32-bit") as info:
         call()
     assert words in str(info.value)
+
+
+def test_a_dilation_along_a_kernel_of_one_never_reaches_the_library():
+    """There it changes nothing, and it is passed as 1: even 2**31 gives the plain result."""
+    x, w = np.arange(6, dtype=np.float32).reshape(1, 3, 2), np.ones((1, 2, 2), np.float32)
+    got = oc.ConvTranspose(dilations=2**31)(x, w)
+    np.testing.assert_array_equal(got, oc.ConvTranspose()(x, w))
 
 
 def test_limits_are_exported():
