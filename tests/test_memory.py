@@ -292,7 +292,8 @@ def test_memory_limit_validation(memory_limit):
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("4096", 4096), ("512K", 512 * 2**10), ("64M", 64 * MB), ("1.5G", 3 * 2**29), ("2 GiB", 2 * 2**30), ("1t", 2**40)],
+    [("4096", 4096), ("512K", 512 * 2**10), ("64M", 64 * MB), ("1.5G", 3 * 2**29), ("2 GiB", 2 * 2**30), ("1t", 2**40),
+     ("9" * 400, 10**400 - 1), ("9" * 400 + ".5K", (10**400 - 1) * 1024 + 512)],
 )
 def test_byte_counts(text, value):
     assert limits.parse_bytes(text) == value
@@ -400,11 +401,14 @@ def test_library_range_raises_value_error(call, words):
     assert words in str(info.value)
 
 
-def test_a_dilation_along_a_kernel_of_one_never_reaches_the_library():
-    """There it changes nothing, and it is passed as 1: even 2**31 gives the plain result."""
+def test_a_dilation_out_of_range_is_refused_along_a_kernel_of_one_too():
+    """Along a kernel of 1 a dilation changes nothing and is passed to the library as 1, but
+    a value of 2**31 or more is still outside the attribute's range, and refused."""
     x, w = np.arange(6, dtype=np.float32).reshape(1, 3, 2), np.ones((1, 2, 2), np.float32)
-    got = oc.ConvTranspose(dilations=2**31)(x, w)
-    np.testing.assert_array_equal(got, oc.ConvTranspose()(x, w))
+    with pytest.raises(ValueError, match=r"ConvTranspose: attribute 'dilations' expected values below 2\*\*31 .*"
+                                         r"got dilation 2147483648 in spatial dim 0"):
+        oc.ConvTranspose(dilations=2**31)(x, w)
+    np.testing.assert_array_equal(oc.ConvTranspose(dilations=2**31 - 1)(x, w), oc.ConvTranspose()(x, w))
 
 
 def test_limits_are_exported():

@@ -27,6 +27,7 @@ import math
 import os
 import re
 import warnings
+from decimal import Decimal, localcontext
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +59,11 @@ def parse_bytes(text: str) -> int:
         ValueError: not a positive number with an optional K, M, G or T suffix.
     """
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    value = int(float(m.group(1)) * _SUFFIXES[m.group(2).upper()]) if m else 0
+    value = 0
+    if m:  # exact at any length (float() made 400 digits inf, and int(inf) raised OverflowError)
+        with localcontext() as exact:
+            exact.prec = len(m.group(1)) + 16
+            value = int(Decimal(m.group(1)) * _SUFFIXES[m.group(2).upper()])
     if value <= 0:
         msg = f"memory limit: expected a positive byte count such as 4096, 512M or 8G, got {text!r}"
         raise ValueError(msg)

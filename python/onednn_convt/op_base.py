@@ -288,6 +288,11 @@ class Op:
         pb = schema.per_dim(op, "pads_begin", a["pads_begin"], spatial)
         pe = schema.per_dim(op, "pads_end", a["pads_end"], spatial)
         pb, pe = shapes.resolve_pads(kernel, s, d, a["auto_pad"], pb, pe)
+        for i, dd in enumerate(d):  # out of the library's range even where it is not passed on
+            if dd > limits.INT32_MAX:
+                msg = (f"{op}: attribute 'dilations' expected values below 2**31 (oneDNN computes them in "
+                       f"32-bit integers), got dilation {dd} in spatial dim {i}")
+                raise ValueError(msg)
         return Geometry(tuple(s), tuple(1 if k == 1 else dd for k, dd in zip(kernel, d)), tuple(pb), tuple(pe))
 
     def _check_channels(
