@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -81,24 +81,33 @@ def build(p: Problem, name: str) -> Lowering:
         return Lowering(name, attrs, inputs, wshape, f32_only=f32_only, guard=guard, name=name)
     # the guard avx512_backward_weights_depth_pad: the cropped rows back in diff_dst, as zeros
     attrs["pads_begin"][0] = 0
-    at = inputs.index(1)  # diff_dst among the library's inputs
     axis = 2 if p.data_format == "NCX" else 1  # depth
     padded = list(p.input_shapes[1])
     padded[axis] += front
-    buffers = threading.local()  # the padded diff_dst, one array per thread (its zeros stay)
+    into = [slice(None)] * len(padded)
+    into[axis] = slice(front, None)
+    return Lowering(name, attrs, inputs, wshape, prepare=_diff_dst_in_zeros(inputs.index(1), padded, into),
+                    prepared_elems=math.prod(padded), f32_only=f32_only,
+                    guard=guard or guards.AVX512_BACKWARD_WEIGHTS_DEPTH_PAD.name, name=name)
 
-    def unpad(args: list[np.ndarray]) -> list[np.ndarray]:
+
+def _diff_dst_in_zeros(at: int, shape: Sequence[int], into: Sequence[slice],
+                       take: Sequence[slice] | None = None) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+    """A ``prepare`` that hands the library, in place of its input ``at`` (diff_dst), an
+    array of ``shape`` holding ``diff_dst[take]`` (all of it by default) at ``into`` and
+    zeros elsewhere: one array per thread, kept (its zeros are written once)."""
+    buffers = threading.local()
+    into_index, take_index = tuple(into), None if take is None else tuple(take)
+
+    def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         dd = args[at]
         buffer = getattr(buffers, "dd", None)
         if buffer is None or buffer.dtype != dd.dtype:
-            buffer = buffers.dd = np.zeros(padded, dd.dtype)
-        index = [slice(None)] * dd.ndim
-        index[axis] = slice(front, None)
-        buffer[tuple(index)] = dd
+            buffer = buffers.dd = np.zeros(shape, dd.dtype)
+        buffer[into_index] = dd if take_index is None else dd[take_index]
         return [buffer if i == at else a for i, a in enumerate(args)]
 
-    return Lowering(name, attrs, inputs, wshape, prepare=unpad, prepared_elems=math.prod(padded), f32_only=f32_only,
-                    guard=guard or guards.AVX512_BACKWARD_WEIGHTS_DEPTH_PAD.name, name=name)
+    return prepare
 
 
 def _unit_stride(p: Problem, name: str, attrs: dict[str, Any], inputs: tuple[int, ...], f32_only: bool,
@@ -110,7 +119,6 @@ def _unit_stride(p: Problem, name: str, attrs: dict[str, Any], inputs: tuple[int
     g = p.geometry
     rank = p.rank
     attrs.update(strides=[1] * rank, pads_begin=[0] * rank, pads_end=[0] * rank, dilations=[1] * rank)
-    at = inputs.index(1)  # diff_dst among the library's inputs
     first = 2 if p.data_format == "NCX" else 1  # the first spatial axis
     shape = list(p.input_shapes[1])
     shape[first:first + rank] = p.src
@@ -125,15 +133,6 @@ def _unit_stride(p: Problem, name: str, attrs: dict[str, Any], inputs: tuple[int
     take = [slice(None)] * len(shape)
     for d, (dst_rows, dd_rows) in enumerate(rows):
         into[first + d], take[first + d] = dst_rows, dd_rows
-    buffers = threading.local()  # the rows' array, one per thread (rows in the pads stay zero)
-
-    def unit_stride(args: list[np.ndarray]) -> list[np.ndarray]:
-        dd = args[at]
-        buffer = getattr(buffers, "dd", None)
-        if buffer is None or buffer.dtype != dd.dtype:
-            buffer = buffers.dd = np.zeros(shape, dd.dtype)
-        buffer[tuple(into)] = dd[tuple(take)]
-        return [buffer if i == at else a for i, a in enumerate(args)]
-
-    return Lowering(name, attrs, inputs, p.weights_shape, prepare=unit_stride, prepared_elems=math.prod(shape),
-                    f32_only=f32_only, guard=guard or guards.STRIDED_1X1_BACKWARD_WEIGHTS.name, name=name)
+    return Lowering(name, attrs, inputs, p.weights_shape, prepare=_diff_dst_in_zeros(inputs.index(1), shape, into, take),
+                    prepared_elems=math.prod(shape), f32_only=f32_only,
+                    guard=guard or guards.STRIDED_1X1_BACKWARD_WEIGHTS.name, name=name)
