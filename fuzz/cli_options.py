@@ -205,8 +205,8 @@ DURATIONS = {"--budget", "--repeat", "--wait-idle", "--torch-limit", "--retry-bu
 def _value(option: str, command: str, ctx: Context) -> str:
     """A value for ``option`` of ``command``: mostly valid, often hostile."""
     rng = ctx.rng
+    hostile = [v for v in HOSTILE if not (option in DURATIONS and _long(v))]
     if rng.random() < 0.25:
-        hostile = [v for v in HOSTILE if not (option in DURATIONS and _long(v))]
         return str(_pick(rng, hostile))
     good: dict[str, Callable[[], str]] = {
         "--suite": lambda: _pick(rng, SHORT_SUITES + ["models,bogus", "step,tiny", "fused,tiny", "tiny,"]),
@@ -246,7 +246,7 @@ def _value(option: str, command: str, ctx: Context) -> str:
         "--shapes": lambda: _pick(rng, ["1x4x5x5", "1x4x5x5 4x3x3x3", "0x4x5x5", "a", "1x" * 300 + "1"]),
     }
     make = good.get(option)
-    return make() if make else str(_pick(rng, [v for v in HOSTILE if not (option in DURATIONS and _long(v))]))
+    return make() if make else str(_pick(rng, hostile))
 
 
 def _positionals(command: str, ctx: Context) -> list[str]:

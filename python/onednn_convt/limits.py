@@ -224,7 +224,7 @@ def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:
         s, d, pb, pe = a["strides"][i], a["dilations"][i], a["pads_begin"][i], a["pads_end"][i]
         ek = d * (k - 1) + 1
         need = max(xs[i], ys[i]) + ek + pb + pe + s + op_pad[i]
-        if max(d, need) > INT32_MAX:  # the dilation alone too: it reaches oneDNN even for k = 1
+        if max(d, need) > INT32_MAX:  # (a dilation past it is refused with the attributes, op_base._geometry)
             msg = (
                 f"{op}: spatial dim {i} combines size {max(xs[i], ys[i])}, kernel extent {ek} "
                 f"(kernel {k}, dilation {d}), pads {pb}/{pe} and stride {s} into {need}; oneDNN "

@@ -199,15 +199,15 @@ def run(args: argparse.Namespace) -> int:
         print(e, file=sys.stderr)
         return 2
     # the choices go to the cache file (what tune is for) and --json: both writable, or nothing is tuned
-    cache = "tune: the autotuning cache file (in $ONEDNN_CONVT_CACHE_DIR or the user cache directory)"
-    unwritable = arguments.make_writable_file(cache, tuning_cache.path())
+    cache, cache_file = "tune: the autotuning cache file (in $ONEDNN_CONVT_CACHE_DIR or the user cache directory)", tuning_cache.path()
+    unwritable = arguments.make_writable_file(cache, cache_file)
     if not unwritable and args.json is not None:
         unwritable = arguments.make_writable_file("tune: --json", args.json)
     if not unwritable and args.retune:
         try:
             tuning_cache.clear()
         except OSError as e:
-            unwritable = f"{cache} {tuning_cache.path()}: --retune cannot delete it ({e.strerror or e})"
+            unwritable = f"{cache} {cache_file}: --retune cannot delete it ({e.strerror or e})"
     if unwritable:
         print(unwritable, file=sys.stderr)
         return 2
@@ -223,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         speed = f"{r['speedup']:.2f}" if r.get("speedup") else "-"
         cost = "cache" if r.get("cached") else f"{r.get('seconds', 0):.2f}"
         print(f"{r['key']:<34} {str(r['rule'] or '-'):<30} {str(r['chosen'] or r['lowering']):<30} {speed:>8} {cost:>7}")
-    print(f"choices cached in {tuning_cache.path()}")
+    print(f"choices cached in {cache_file}")
     if args.json is not None:
         me = cpu.detect()
         where = {"microarchitecture": me.microarchitecture, "name": me.name}

@@ -72,7 +72,7 @@ def _read(file: Path, warn: bool = True) -> dict[str, dict[str, Any]]:
     the first read) when it cannot be trusted."""
     try:
         if file.exists() and not file.is_file():  # a FIFO would block the read, a device never end
-            raise IsADirectoryError(f"{file} is not a regular file")
+            raise OSError(f"{file} is not a regular file")
         raw = file.read_bytes()
     except (FileNotFoundError, NotADirectoryError):  # nothing cached yet
         return {}
