@@ -79,6 +79,23 @@ def test_weights_shape_input_wins_over_attribute(weights_format):
     np.testing.assert_array_equal(functional, got)
 
 
+@pytest.mark.parametrize("weights_format", ["IOX", "XOI"])
+def test_alternating_weights_shape_sources_each_get_their_own_kernel(weights_format):
+    """Same src and diff_dst, two kernels (the attribute's and the input's), called in turn:
+    each call gets its own kernel. The lean path (C++ checks src and diff_dst alone) once
+    reused the input's plan for a later call by the attribute, a wrong-shaped result."""
+    small = Config(src=(5, 5), kernel=(2, 2), strides=2, pads_end=1, output_padding=1, weights_format=weights_format)
+    big = small.with_(kernel=(3, 3), output_padding=0)
+    t = small.tensors(np.random.default_rng(26))
+    op = oc.ConvTransposeBackwardWeights(**small.attrs(OP, output_padding=False), weights_shape=big.weights_shape)
+    for given in (None, np.array(small.weights_shape), None, np.array(small.weights_shape, np.int32),
+                  np.array(big.weights_shape), np.array(small.weights_shape)):
+        cfg = small if given is not None and tuple(given) == small.weights_shape else big
+        got = op(t["src"], t["diff_dst"]) if given is None else op(t["src"], t["diff_dst"], given)
+        assert got.shape == cfg.weights_shape, (given, got.shape)
+        assert_close(got, cfg.ref_backward_weights(t["src"], t["diff_dst"]), "f32", cfg.bwd_weights_reduction)
+
+
 # D8: the library computes BackwardWeights' SAME pads from src mod stride, which differs
 # from the forward's pads when src mod s != 0 (spec 4.3: src 5, k3, s2, SAME_UPPER).
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])

@@ -39,6 +39,7 @@ class Op:
         self._plans: dict[Any, Any] = {}
         self.last_plan: Optional[Any] = None  # a Plan, or a fused_plan.FusedPlan
         self._fast: Any = None  # the last plan's executor
+        self._fast_key: Any = None  # that plan's signature (see _executor_inputs)
         self._generation = native.fork_generation  # of the plans above (see _call)
 
     @property
@@ -114,7 +115,7 @@ class Op:
         """Pickle the attributes only: compiled plans belong to this process, and another
         process (multiprocessing's spawn and forkserver, a Pool's arguments) compiles again."""
         state = dict(self.__dict__)
-        state.update(_plans={}, last_plan=None, _fast=None)
+        state.update(_plans={}, last_plan=None, _fast=None, _fast_key=None)
         if "_plain_op" in state:
             state["_plain_op"] = None
         return state
@@ -141,10 +142,12 @@ class Op:
                 if x is not None and type(x) is not np.ndarray:
                     break
             else:
-                try:
-                    return fast.run(inputs if inputs[-1] is not None else inputs[:-1], out)
-                except native.SignatureMismatch:
-                    pass
+                lean = self._executor_inputs(inputs)
+                if lean is not None:
+                    try:
+                        return fast.run(lean, out)
+                    except native.SignatureMismatch:
+                        pass
         if interop.foreign(inputs, out):  # torch, DLPack, ndarray subclasses: NumPy views, then back
             arrays_in, out_array, wrap = interop.adapt(self.op_name, self.input_names, inputs, out)
             return wrap(self._call(arrays_in, out_array))
@@ -168,8 +171,14 @@ class Op:
                 raise ValueError(msg)
             self._check_aliasing(arrays, out)
         self.last_plan = plan
-        self._fast = plan.executor
+        self._fast, self._fast_key = plan.executor, key
         return plan.run(arrays, out)
+
+    def _executor_inputs(self, inputs: tuple[Any, ...]) -> Optional[tuple[Any, ...]]:
+        """The arrays the last plan's executor takes for a call of these plain arrays (it
+        checks their shapes, strides and dtypes itself), or None where only the full
+        signature tells whether that plan fits: a trailing None (no bias) is left out."""
+        return inputs if inputs[-1] is not None else inputs[:-1]
 
     def executor_for(self, arrays: Sequence[Optional[np.ndarray]]) -> Any:
         """The C++ executor of the plan a call of these plain NumPy arrays made (None for
