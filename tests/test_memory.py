@@ -20,7 +20,8 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from helpers import emulated_dtype
-from onednn_convt import _core, limits
+from onednn_convt import _core, limits, lowering
+from onednn_convt.lowering import base
 
 #: these tests check the hand-written rules' routes by name (conftest.hand_rules)
 pytestmark = pytest.mark.usefixtures("hand_rules")
@@ -252,19 +253,28 @@ ESTIMATED = [
     (lambda: oc.ConvTransposeBackwardData(strides=64, pads_begin=32, pads_end=32, data_format="NCX", weights_format="IOX"),
      (np.ones((2, 6, 64 * 40)), np.ones((8, 6, 128)))),
     (lambda: oc.ConvTranspose(strides=48, data_format="NCX", weights_format="IOX"), (np.ones((2, 8, 40)), np.ones((8, 6, 130)))),
+    # bf16/f16: MatMul (frames), whose finish only reshapes (src no longer than the kernel)
+    (lambda: oc.ConvTransposeBackwardWeights(strides=2), (np.ones((2, 4, 4, 128)), np.ones((2, 10, 10, 64)), (4, 4, 64, 128))),
+    # NCX BackwardData, run as the channels-last lowering (reordered back)
+    (lambda: oc.ConvTransposeBackwardData(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX"),
+     (np.ones((2, 32, 32, 32)), np.ones((16, 32, 4, 4)))),  # (each array below the kept blocks, 1 MiB)
 ]
 
 
-@pytest.mark.parametrize(("make", "inputs"), ESTIMATED, ids=["conv_transpose", "matmul-bwd_d", "matmul-fwd"])
-def test_estimate_matches_the_bytes_a_call_allocates(make, inputs):
+@pytest.mark.parametrize(("make", "inputs"), ESTIMATED,
+                         ids=["conv_transpose", "matmul-bwd_d", "matmul-fwd", "frames-bwd_w", "channels-last-bwd_d"])
+def test_estimate_matches_the_bytes_a_call_allocates(make, inputs, monkeypatch, request):
     """The MemoryError figure is what tracemalloc sees the call allocate (NumPy buffers), to
     within the library's own working copies, which NumPy does not see."""
+    if "channels-last" in request.node.name:
+        monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.CHANNELS_LAST)
     for dtype in (np.float32, ml_dtypes.bfloat16, np.float16):
         op = make()
-        a, b = (x.astype(dtype) for x in inputs)
-        op(a, b)  # compile
+        a, b = (x.astype(dtype) for x in inputs[:2])
+        rest = [np.array(x, np.int64) for x in inputs[2:]]  # BackwardWeights: the weights' shape
+        op(a, b, *rest)  # compile
         low = op.last_plan.lowering
-        parts = limits.estimate(low, [a, b, None], None, np.dtype(dtype), op.last_plan.emulated)
+        parts = limits.estimate(low, [a, b, *rest, None], None, np.dtype(dtype), op.last_plan.emulated)
         numpy_side = sum(v for k, v in parts.items() if k != "library working copies")
         copies = parts.get("f32 copies (emulated dtype)", 0)
         fast = op.last_plan.executor is not None and copies > 0
@@ -272,13 +282,14 @@ def test_estimate_matches_the_bytes_a_call_allocates(make, inputs):
             numpy_side -= copies
         tracemalloc.start()
         try:
-            op(a, b)
+            op(a, b, *rest)
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
         if fast:  # that memory holds the estimated copies
             assert _core.staging_bytes() >= copies, (dtype, parts, _core.staging_bytes())
-        assert 0.8 * numpy_side <= peak <= 1.2 * numpy_side + 4096, (dtype, low.kind, parts, peak)
+        assert 0.8 * numpy_side <= peak <= 1.2 * numpy_side + 4096, (dtype, low.name, parts, peak)
+        assert low.name == base.CHANNELS_LAST or "channels-last" not in request.node.name
 
 
 def test_memory_limit_validation(memory_limit):

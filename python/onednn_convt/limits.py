@@ -252,10 +252,10 @@ def estimate(
         "inputs prepared for the library": low.prepared_elems * compute,
         # (emulated: already among the f32 copies)
         "library output before finishing": lib_elems * compute if low.finish is not None and not emulated else 0,
-        # the MatMul lowering's finish: the library output widened to f32 (native 16-bit
-        # dtypes), then for the forward op a padded f32 sum, the crop and the transpose
-        "finishing step": (3 * out_elems + (lib_elems if compute != 4 else 0)) * 4 if low.finish is not None else 0,
+        "finishing step": _finish_elems(low, out_elems, lib_elems, compute) * 4 if low.finish is not None else 0,
     }
+    if low.finish_elems == 0 and out is None and not emulated:  # the result is a view of the library's output
+        parts["library output before finishing"] = 0
     # oneDNN 3.2 reorders plain NCX activations (and any ConvTransposeBackwardWeights
     # problem) to its blocked layouts: one working copy of each tensor (measured: NXC
     # forward, BackwardData and ConvolutionBackwardWeights make none). Weights are small
@@ -267,6 +267,15 @@ def estimate(
         else:
             parts["library working copies"] = weights_elems * compute
     return {k: v for k, v in parts.items() if v}
+
+
+def _finish_elems(low: Lowering, out_elems: int, lib_elems: int, compute: int) -> int:
+    """f32 elements the lowering's finishing step allocates (:attr:`Lowering.finish_elems`);
+    by default the 1-D MatMul forward's: the library output widened to f32 (native 16-bit
+    dtypes), a padded f32 sum, the crop and the transpose."""
+    if low.finish_elems is not None:
+        return low.finish_elems
+    return 3 * out_elems + (lib_elems if compute != 4 else 0)
 
 
 def check_memory(

@@ -33,6 +33,11 @@ class Lowering:
             itself, C-contiguous, in this shape: a reshape of ``out_shape``.
         prepared_elems: elements ``prepare`` allocates (copies it makes; the memory estimate
             counts them in the compute dtype).
+        finish_elems: elements ``finish`` allocates besides the library's output (the memory
+            estimate counts them as f32); 0 for a finish that returns a view of it (then,
+            without ``out=``, the library's output is the result). None: the bound of the
+            1-D MatMul forward's finish (the library's output widened to f32, a padded sum,
+            the crop and a transpose: three results and the output).
         weights_arg: position, among the library's inputs, of the weights (or of the array
             made from the weights alone); None for an op without a weights input. Ops with
             constant weights mark that input constant (:mod:`onednn_convt.constant_weights`).
@@ -66,6 +71,7 @@ class Lowering:
     finish: Optional[Callable[[np.ndarray, Sequence[Any]], np.ndarray]] = None
     library_shape: tuple[int, ...] = ()
     prepared_elems: int = 0
+    finish_elems: Optional[int] = None
     weights_arg: Optional[int] = None
     f32_only: bool = False
     guard: Optional[str] = None

@@ -88,15 +88,18 @@ def build(p: Problem, inner: Lowering) -> Lowering:
 
     finish: Optional[Callable[[np.ndarray, Sequence[Any]], np.ndarray]] = None
     library_shape: tuple[int, ...] = ()
+    finish_elems = 0
     if p.op != BACKWARD_WEIGHTS:  # the result is an activation: reordered back to NCX
         library_shape = inner.out_shape
 
         def finish(result: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
             return permute.permuted(result, result.shape, _axes_to_ncx(result.ndim))
 
+        finish_elems = math.prod(p.out_shape)  # that copy
+
     exact = None if inner.exact is None else build(p, inner.exact)
     return replace(
         inner, out_shape=p.out_shape, prepare=reorder, finish=finish, library_shape=library_shape,
-        prepared_elems=inner.prepared_elems + sum(math.prod(s) for s in copied), exact=exact,
+        prepared_elems=inner.prepared_elems + sum(math.prod(s) for s in copied), finish_elems=finish_elems, exact=exact,
         name=base.CHANNELS_LAST,
     )

@@ -113,4 +113,5 @@ def backward_weights(
         "finish": finish,
         "library_shape": (ic, oc * k) if iox else (k * oc, ic),
         "prepared_elems": n * math.prod(padded) * oc + n * p * oc * k + n * p * ic,  # padded, frames, src
+        "finish_elems": 0,  # a reshape (the redo of a non-finite src is the library's f32 op's)
     }

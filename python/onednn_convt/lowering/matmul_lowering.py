@@ -195,6 +195,7 @@ def conv_transpose_backward_data(
         "finish": finish,
         "library_shape": (ic, n * src_size) if iox else (n, src_size, ic),
         "prepared_elems": n * extent * oc + n * src_size * oc * kernel,  # zero-padded rows, frames
+        "finish_elems": 2 * n * src_size * ic,  # the output widened to f32, and a transposing copy
         "weights_arg": 0 if iox else 1,  # see prepare
     }
 

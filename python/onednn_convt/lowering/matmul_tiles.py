@@ -109,6 +109,8 @@ def conv_transpose(
         **({} if one_tile else {"finish": finish}),
         "library_shape": (n, p, oc * k) if iox else (n, k * oc, p),
         "prepared_elems": 0,  # views only
+        # the permuting copy into dst, and an f32 one with a bias added here
+        "finish_elems": math.prod(dst_shape) * (1 if iox and bias_in_matmul else 2),
         "weights_arg": 1 if iox else 0,
     }
 
@@ -180,6 +182,7 @@ def _conv_transpose_nxc(
         **({} if bias_in_matmul else {"finish": finish}),
         "library_shape": library_shape,
         "prepared_elems": 0 if weights_format == "XOI" else k * oc * ic,
+        "finish_elems": math.prod(library_shape),  # dst widened to f32 to add the bias
         "weights_arg": 1,
     }
 
@@ -220,5 +223,6 @@ def conv_transpose_backward_data(
         "finish": finish,
         "library_shape": (ic, n * p) if iox else (n, p, ic),
         "prepared_elems": n * p * oc * k,  # the frames
+        "finish_elems": 0 if not (iox or ncx) else n * p * ic,  # a reshape, else a permuting copy
         "weights_arg": 0 if iox else 1,
     }
