@@ -49,6 +49,7 @@ FUZZERS = {
     "api": "api_arguments",
     "fused": "fused_chains",
     "plain": "plain_ops",
+    "reuse": "op_reuse",
     "threads": "threads",
     "fork": "fork",
     "torch": "torch_layers",
