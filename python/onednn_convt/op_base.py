@@ -38,8 +38,9 @@ class Op:
         self.strict = schema.check_bool(self.op_name, "strict", strict)
         self._plans: dict[Any, Any] = {}
         self.last_plan: Optional[Any] = None  # a Plan, or a fused_plan.FusedPlan
-        self._fast: Any = None  # the last plan's executor
-        self._fast_key: Any = None  # that plan's signature (see _executor_inputs)
+        # the last plan's (executor, signature), one attribute so that a thread reads the two
+        # together (see _executor_inputs); None where that plan has no executor
+        self._fast: Any = None
         self._generation = native.fork_generation  # of the plans above (see _call)
 
     @property
@@ -115,7 +116,7 @@ class Op:
         """Pickle the attributes only: compiled plans belong to this process, and another
         process (multiprocessing's spawn and forkserver, a Pool's arguments) compiles again."""
         state = dict(self.__dict__)
-        state.update(_plans={}, last_plan=None, _fast=None, _fast_key=None)
+        state.update(_plans={}, last_plan=None, _fast=None)
         if "_plain_op" in state:
             state["_plain_op"] = None
         return state
@@ -142,10 +143,11 @@ class Op:
                 if x is not None and type(x) is not np.ndarray:
                     break
             else:
-                lean = self._executor_inputs(inputs)
+                executor, made_for = fast
+                lean = self._executor_inputs(inputs, made_for)
                 if lean is not None:
                     try:
-                        return fast.run(lean, out)
+                        return executor.run(lean, out)
                     except native.SignatureMismatch:
                         pass
         if interop.foreign(inputs, out):  # torch, DLPack, ndarray subclasses: NumPy views, then back
@@ -171,13 +173,14 @@ class Op:
                 raise ValueError(msg)
             self._check_aliasing(arrays, out)
         self.last_plan = plan
-        self._fast, self._fast_key = plan.executor, key
+        self._fast = None if plan.executor is None else (plan.executor, key)
         return plan.run(arrays, out)
 
-    def _executor_inputs(self, inputs: tuple[Any, ...]) -> Optional[tuple[Any, ...]]:
+    def _executor_inputs(self, inputs: tuple[Any, ...], made_for: Any) -> Optional[tuple[Any, ...]]:
         """The arrays the last plan's executor takes for a call of these plain arrays (it
-        checks their shapes, strides and dtypes itself), or None where only the full
-        signature tells whether that plan fits: a trailing None (no bias) is left out."""
+        checks their shapes, strides and dtypes itself), or None where more than those
+        decides whether that plan fits (``made_for``: its signature, :meth:`_signature`): a
+        trailing None (no bias) is left out."""
         return inputs if inputs[-1] is not None else inputs[:-1]
 
     def executor_for(self, arrays: Sequence[Optional[np.ndarray]]) -> Any:

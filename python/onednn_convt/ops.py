@@ -330,11 +330,11 @@ class ConvTransposeBackwardWeights(Op):
         wkey = None if ws is None else (ws.dtype, ws.shape, ws.tobytes())
         return super()._signature((src, dd), out), wkey
 
-    def _executor_inputs(self, inputs: tuple[Any, ...]) -> Optional[tuple[Any, ...]]:
+    def _executor_inputs(self, inputs: tuple[Any, ...], made_for: Any) -> Optional[tuple[Any, ...]]:
         # the executor sees src and diff_dst alone: the last plan fits only if it was made for
         # this weights_shape (src and diff_dst leave the kernel open: the forward's
         # output_padding is not an attribute here, and auto_pad SAME_* ignores the kernel)
-        ws, made_for = inputs[2], self._fast_key[1]
+        ws, made_for = inputs[2], made_for[1]
         if ws is None:
             return inputs[:2] if made_for is None else None
         return inputs[:2] if made_for == (ws.dtype, ws.shape, ws.tobytes()) else None
