@@ -11,7 +11,7 @@ BackwardData, BackwardWeights, the functional API, an op with constant weights) 
 attributes, then calls it 4-12 times. Each call draws, independently: the batch, the
 spatial size (two choices a dim), the kernel and channels (two choices each), the dtype,
 each input's memory layout (contiguous, strided, reversed, transposed, misaligned by one
-element), ``out=`` (none, fresh, strided, the previous call's own), the bias given or not,
+element), ``out=`` (none, fresh, strided, misaligned, the previous call's own), the bias given or not,
 BackwardWeights' ``weights_shape`` from the attribute or as an input (tuple, list, int32,
 int64), and sometimes the same array objects again with new values written into them.
 Between calls it may turn debug fill on or off, clear the partition cache or shrink it.
@@ -254,9 +254,13 @@ class _Trial:
         return ref, f(absolute), reduction
 
     def out_for(self, shape: tuple[int, ...], dt: Any, prev_out: Optional[np.ndarray]) -> tuple[Optional[np.ndarray], str]:
-        how = str(self.rng.choice(["none", "fresh", "strided", "previous"], p=[0.4, 0.25, 0.15, 0.2]))
+        how = str(self.rng.choice(["none", "fresh", "strided", "misaligned", "previous"], p=[0.4, 0.2, 0.1, 0.1, 0.2]))
         if how == "fresh":
             return np.full(shape, np.nan, dt), "out= fresh"
+        if how == "misaligned":
+            size = math.prod(shape) * np.dtype(dt).itemsize
+            view = np.empty(size + np.dtype(dt).itemsize, np.uint8)[np.dtype(dt).itemsize // 2 or 1:][:size]
+            return view.view(dt).reshape(shape), "out= misaligned"
         if how == "strided":
             return np.full((*shape[:-1], shape[-1] * 2), np.nan, dt)[..., ::2], "out= strided"
         if how == "previous" and prev_out is not None and prev_out.shape == shape and prev_out.dtype == dt:
@@ -315,6 +319,13 @@ def _calls(t: _Trial, rng: np.random.Generator, log: list[str]) -> str:
             got, spelling = t.run(c, arrays, out)
         except MemoryError as e:
             raise Failure(f"{head}\n  " + "\n  ".join(log) + f"\n  {what}: MemoryError on a small call: {e}") from None
+        except ValueError as e:  # a misaligned out= is refused, by the op, every time
+            if out_how != "out= misaligned" or "argument 'out' expected positive, aligned" not in str(e):
+                raise
+            log.append(f"{what}: refused ({e})")
+            continue
+        if out_how == "out= misaligned":
+            raise Failure(f"{head}\n  " + "\n  ".join(log) + f"\n  {what}: a misaligned out= was taken")
         what += f" {spelling}"
         log.append(what)
         trace = f"{head}\n  " + "\n  ".join(log)

@@ -166,6 +166,13 @@ def overlapping_out(shape: tuple[int, ...]) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(a, shape, (0, *a.strides))  # writeable, overlapping
 
 
+def misaligned_out(shape: tuple[int, ...]) -> np.ndarray:
+    """Contiguous float32, two bytes off alignment (the strides of a good out: the plan cache
+    once took it for one and failed inside the library's call)."""
+    size = int(np.prod(shape)) * 4
+    return np.empty(size + 4, np.uint8)[2 : 2 + size].view(np.float32).reshape(shape)
+
+
 BAD_OUT = {
     "wrong_shape": (lambda s: np.empty((*s[:-1], s[-1] + 1), np.float32), ValueError, "expected shape"),
     "wrong_rank": (lambda s: np.empty(s[1:], np.float32), ValueError, "expected shape"),
@@ -174,6 +181,7 @@ BAD_OUT = {
     "read_only": (read_only_out, ValueError, "read-only"),
     "negative_strides": (lambda s: np.empty(s, np.float32)[..., ::-1], ValueError, "strides"),
     "overlapping": (overlapping_out, ValueError, "non-overlapping"),
+    "misaligned": (misaligned_out, ValueError, "aligned"),
     "list": (lambda s: np.empty(s, np.float32).tolist(), TypeError, "expected a NumPy array"),
 }
 

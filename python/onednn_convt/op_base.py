@@ -123,9 +123,10 @@ class Op:
 
     # -- the call -------------------------------------------------------------------------
     def _signature(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Any:
-        # alignment too: a misaligned array needs a plan that copies it (see plan.fixed_view)
+        # alignment too: a misaligned array needs a plan that copies it (see plan.fixed_view),
+        # and a misaligned out is refused when a plan is made (_check_out)
         sig = tuple(None if a is None else (a.shape, a.strides, a.dtype, a.flags.aligned) for a in arrays)
-        return sig, None if out is None else (out.shape, out.strides, out.dtype)
+        return sig, None if out is None else (out.shape, out.strides, out.dtype, out.flags.aligned)
 
     def _call(self, inputs: tuple[Any, ...], out: Any) -> Any:
         if self._generation != native.fork_generation:
