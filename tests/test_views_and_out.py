@@ -257,3 +257,57 @@ def test_views_whose_strides_do_not_nest(op):
         obj = oc.ConvTransposeBackwardData(**cfg.attrs(op))
         got, ref, red = obj(*views), cfg.ref_backward_data(*views), cfg.bwd_data_reduction
     assert_close(got, ref, "f32", red, op)
+
+
+def size_one_strides(a: np.ndarray, factor: int) -> np.ndarray:
+    """``a`` (C-ordered values) in memory whose size-1 dims have ``factor`` times the dense
+    stride there (0: stride 0, as ``x[None]`` gives); the other dims dense."""
+    dense = np.ascontiguousarray(a)
+    strides = tuple(s * factor if n == 1 else s for s, n in zip(dense.strides, dense.shape))
+    base = np.zeros(max(1, factor) * dense.size + 64, a.dtype)
+    view = np.lib.stride_tricks.as_strided(base, dense.shape, strides)
+    view[...] = dense
+    return view
+
+
+@pytest.mark.parametrize("factor", [0, 2, 4])
+@pytest.mark.parametrize("op", OPS)
+def test_any_stride_on_size_one_dims(op, factor):
+    """A size-1 dim's stride addresses nothing: batch 1 arrays (and kernel 1 weights, out=)
+    with any stride there give the dense arrays' result bit for bit, through the lean path
+    too. oneDNN 3.2 reads that stride in places (a binary Add: the next test); the package
+    describes such dims in C order (plan.library_strides)."""
+    cfg = CFG.with_(n=1, kernel=(3, 1), dilations=(1, 1))
+    t = cfg.tensors(np.random.default_rng(72))
+    names = INPUTS[op]
+    dense = [t[n] for n in names]
+    obj = oc.ConvTransposeBackwardWeights(**cfg.attrs(op), weights_shape=cfg.weights_shape) \
+        if op == "ConvTransposeBackwardWeights" else getattr(oc, op)(**cfg.attrs(op))
+    want = obj(*dense)
+    odd = [size_one_strides(a, factor) for a in dense]
+    assert any(a.strides != b.strides for a, b in zip(odd, dense))
+    fresh = obj.__class__(**obj.attrs)  # a plan made for these strides
+    for run in (fresh, fresh, obj):
+        np.testing.assert_array_equal(run(*odd), want)
+    out = size_one_strides(np.zeros_like(want), factor)
+    for _ in range(2):
+        assert fresh(*odd, out=out) is out
+        np.testing.assert_array_equal(out, want)
+    if op != "ConvTransposeBackwardWeights":  # (its weights_shape: the lean path needs it matched)
+        assert fresh._fast is not None  # no copy was needed
+
+
+@pytest.mark.parametrize("factor", [0, 2, 4])
+def test_fused_add_operand_with_any_stride_on_its_batch_dim(factor):
+    """The staged route (ConvTranspose, then the Add as its own partition): oneDNN 3.2's
+    binary Add added the wrong elements when the operand's batch stride (batch 1) was above
+    the dense one (found by the reuse fuzzer: 4.4x the output's scale)."""
+    rng = np.random.default_rng(73)
+    attrs = dict(strides=[3, 1], groups=2, data_format="NCX", weights_format="XOI", auto_pad="VALID")
+    src = rng.standard_normal((1, 8, 3, 3)).astype(np.float32)
+    w = (rng.standard_normal((1, 3, 2, 8)) / 3).astype(np.float32)
+    operand = rng.standard_normal((1, 4, 7, 5)).astype(np.float32)
+    op = oc.ConvTranspose(**attrs, post_ops=[oc.PostOp("Add")])
+    got = op(src, w, None, size_one_strides(operand, factor))
+    want = oc.reference.conv_transpose(src, w, None, **attrs) + operand
+    assert_close(got, want, "f32", 8 * 3)

@@ -186,11 +186,10 @@ def nan_filled(shape: Sequence[int], dtype: Any) -> np.ndarray:
 
 # -- checks made when a call is planned ---------------------------------------------------------
 def _needs_copy(a: np.ndarray) -> bool:
-    """Whether the op copies ``a`` because oneDNN cannot describe its strides (plan.fixed_view)."""
-    size = a.itemsize
-    if not a.flags.aligned or any(s % size for s in a.strides):
-        return True
-    return any(s <= 0 and n > 1 for s, n in zip(a.strides, a.shape))
+    """Whether the op copies ``a`` because oneDNN cannot describe its strides."""
+    from .plan import fixed_view  # (plan imports this module)
+
+    return fixed_view(a) is not None
 
 
 def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:

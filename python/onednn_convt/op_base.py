@@ -263,7 +263,7 @@ class Op:
             msg = f"{name} is read-only"
             raise ValueError(msg)
         strides = element_strides(out)
-        if strides is None or any(s <= 0 for s in strides) or not non_overlapping(out):
+        if strides is None or any(s <= 0 and n > 1 for s, n in zip(strides, shape)) or not non_overlapping(out):
             msg = f"{name} expected positive, aligned, non-overlapping strides, got {out.strides} bytes"
             raise ValueError(msg)
         self._check_aliasing(arrays, out)

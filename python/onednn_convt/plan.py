@@ -241,26 +241,39 @@ def _aligned_copy(a: np.ndarray) -> np.ndarray:
 def fixed_view(a: np.ndarray) -> Optional[Callable[[np.ndarray], np.ndarray]]:
     """How to present ``a`` to oneDNN: None as it is, or a function giving a usable array.
 
-    Size-1 dimensions may have any stride in NumPy (0 after ``x[None]``); a view with a
-    positive stride there costs nothing. Negative or zero strides on longer dimensions,
-    strides that do not nest (each dimension's step at least the extent of the ones with
-    smaller steps: ``x[:, :, ::3, ::3]`` of an NCX array breaks it, and oneDNN refused such
-    a view with invalid_arguments) and misaligned data are copied (into an aligned
-    C-contiguous array): oneDNN cannot describe them.
+    Size-1 dimensions may have any stride in NumPy (0 after ``x[None]``): the library is
+    told the C-order one (:func:`library_strides`) and reads the same memory. Negative or
+    zero strides on longer dimensions, strides that do not nest (each dimension's step at
+    least the extent of the ones with smaller steps: ``x[:, :, ::3, ::3]`` of an NCX array
+    breaks it, and oneDNN refused such a view with invalid_arguments) and misaligned data
+    are copied (into an aligned C-contiguous array): oneDNN cannot describe them.
     """
     strides = element_strides(a)
     if strides is None or not non_overlapping(a):
         return _aligned_copy
-    if all(s > 0 for s in strides):
-        return None
-    fixed = tuple(s if s > 0 else a.itemsize for s in a.strides)
-    return lambda x: np.lib.stride_tricks.as_strided(x, strides=fixed)
+    return None
 
 
 def describe(a: np.ndarray, code: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
+    """The library's description of ``a``: (shape, strides in elements, dtype code)."""
     strides = element_strides(a)
-    assert strides is not None and all(s > 0 for s in strides)
-    return tuple(a.shape), strides, code
+    assert strides is not None
+    return tuple(a.shape), library_strides(a.shape, strides), code
+
+
+def library_strides(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
+    """``strides`` (elements) with each size-1 dim's replaced by the C-order one: the extent
+    of the dims after it. A size-1 dim's stride addresses nothing, and NumPy leaves any value
+    there (``x[::2]`` of two rows: twice the dense one; ``x[None]``: 0), but oneDNN 3.2 reads
+    it: a binary Add whose operand had a size-1 dim's stride above the dense one added the
+    wrong elements (docs/deviations.md). The core compares the other dims' strides alone."""
+    out = list(strides)
+    inner = 1
+    for i in reversed(range(len(shape))):
+        if shape[i] == 1:
+            out[i] = inner
+        inner = max(inner, out[i] * shape[i])
+    return tuple(out)
 
 
 def non_overlapping(a: np.ndarray) -> bool:

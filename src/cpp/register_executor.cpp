@@ -74,8 +74,8 @@ struct Executor {
         auto a = py::reinterpret_borrow<py::array>(h);
         if (static_cast<size_t>(a.ndim()) != d.shape.size() || !a.dtype().equal(dtype)) return false;
         const auto item = a.itemsize();
-        for (size_t i = 0; i < d.shape.size(); ++i)
-            if (a.shape(i) != d.shape[i] || a.strides(i) != d.strides[i] * item) return false;
+        for (size_t i = 0; i < d.shape.size(); ++i)  // (a size-1 dim's stride addresses nothing)
+            if (a.shape(i) != d.shape[i] || (d.shape[i] != 1 && a.strides(i) != d.strides[i] * item)) return false;
         return reinterpret_cast<uintptr_t>(a.data()) % item == 0;
     }
 
