@@ -6,7 +6,7 @@ what decides the problem answers the next call with the last one's plan. Such a 
 (BackwardWeights' ``weights_shape`` input) once gave a wrong-shaped result, and a fuzzer
 that makes a fresh op per problem never calls an op twice with different problems.
 
-Each trial makes one op (ConvTranspose with or without a bias or a ReLU post-op,
+Each trial makes one op (ConvTranspose with or without a bias, a ReLU or an Add post-op,
 BackwardData, BackwardWeights, the functional API, an op with constant weights) with fixed
 attributes, then calls it 4-12 times. Each call draws, independently: the batch, the
 spatial size (two choices a dim), the kernel and channels (two choices each), the dtype,
@@ -33,7 +33,7 @@ NAME = "reuse"
 PER_PROCESS = 25
 TIMEOUT = 120.0
 DTYPES = {"f32": np.dtype(np.float32), "bf16": oc.dtypes.FLOAT_DTYPES["bf16"], "f16": np.dtype(np.float16)}
-KINDS = ("fwd", "fwd_bias", "fwd_relu", "bwd_d", "bwd_w", "functional", "const_fwd", "const_bwd_d")
+KINDS = ("fwd", "fwd_bias", "fwd_relu", "fwd_add", "bwd_d", "bwd_w", "functional", "const_fwd", "const_bwd_d")
 
 
 LAYOUTS = ("contiguous", "strided", "reversed", "transposed", "misaligned")
@@ -41,13 +41,13 @@ LAYOUTS = ("contiguous", "strided", "reversed", "transposed", "misaligned")
 
 def _layouts(rng: np.random.Generator, rank: int) -> dict[str, tuple[str, int]]:
     """A memory layout for each input, and the axis a strided or reversed one is so along."""
-    return {k: (str(rng.choice(LAYOUTS, p=[0.4, 0.15, 0.15, 0.15, 0.15])), int(rng.integers(ndim)))
-            for k, ndim in (("src", rank + 2), ("dst", rank + 2), ("weights", rank + 2), ("bias", 1))}
+    return {k: (str(rng.choice(LAYOUTS, p=[0.4, 0.15, 0.15, 0.15, 0.15])), int(rng.integers(rank + 2)))
+            for k in ("src", "dst", "weights", "bias", "post")}
 
 
 def _layout(values: np.ndarray, layout: tuple[str, int]) -> np.ndarray:
     """``values`` (already in its dtype) in memory of ``layout`` (see :func:`_layouts`)."""
-    how, axis = layout
+    how, axis = layout[0], layout[1] % values.ndim
     if how == "strided":
         shape = list(values.shape)
         shape[axis] *= 2
@@ -57,9 +57,9 @@ def _layout(values: np.ndarray, layout: tuple[str, int]) -> np.ndarray:
         view = np.empty(values.shape, values.dtype)[(slice(None),) * axis + (slice(None, None, -1),)]
     elif how == "transposed":
         view = np.asfortranarray(np.empty(values.shape, values.dtype))
-    elif how == "misaligned":
-        raw = np.empty(values.size * values.itemsize + values.itemsize, np.uint8)
-        view = raw[values.itemsize:].view(values.dtype).reshape(values.shape)
+    elif how == "misaligned":  # one byte off (the op copies it)
+        raw = np.empty(values.size * values.itemsize + 1, np.uint8)
+        view = raw[1:].view(values.dtype).reshape(values.shape)
     else:
         view = np.empty(values.shape, values.dtype)
     view[...] = values
@@ -127,8 +127,9 @@ class _Trial:
                 c["code"] = str(rng.choice(self.codes))
             elif what == "n":
                 c["n"] = int(rng.integers(1, 4))
-            elif what == "bias":
+            elif what == "bias":  # the bias, or the Add's operand, given the other way
                 c["bias"] = self.kind == "fwd_bias" and not c["bias"]
+                c["operand"] = {"channel": "full", "full": "channel"}.get(c["operand"], "")
             elif what == "layout":
                 c["layouts"] = _layouts(rng, self.rank)
             return c
@@ -151,6 +152,7 @@ class _Trial:
             return None
         return dict(n=int(rng.integers(1, 4)), ic=ic, oc=oc_, kernel=kernel, src=src, dst=dst,
                     code=str(rng.choice(self.codes)), bias=self.kind == "fwd_bias" and rng.random() < 0.7,
+                    operand=str(rng.choice(["channel", "full"])) if self.kind == "fwd_add" else "",
                     layouts=_layouts(rng, self.rank))
 
     def shapes(self, c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -158,7 +160,10 @@ class _Trial:
             return (c["n"], ch, *spatial) if self.attrs["data_format"] == "NCX" else (c["n"], *spatial, ch)
         o = c["oc"] // self.groups
         w = (c["ic"], o, *c["kernel"]) if self.attrs["weights_format"] == "IOX" else (*c["kernel"], o, c["ic"])
-        return {"src": act(c["ic"], c["src"]), "dst": act(c["oc"], c["dst"]), "weights": w, "bias": (c["oc"],)}
+        ncx = self.attrs["data_format"] == "NCX"
+        channel = (1, c["oc"], *[1] * self.rank) if ncx else (c["oc"],)  # the Add's per-channel operand
+        return {"src": act(c["ic"], c["src"]), "dst": act(c["oc"], c["dst"]), "weights": w, "bias": (c["oc"],),
+                "post": act(c["oc"], c["dst"]) if c["operand"] == "full" else channel}
 
     def arrays(self, c: dict[str, Any]) -> tuple[dict[str, np.ndarray], str]:
         """The call's arrays: new ones, or the previous call's objects with new values."""
@@ -167,7 +172,7 @@ class _Trial:
         fan = max(1, c["ic"] // self.groups * math.prod(c["kernel"]))
         values = {"src": rng.standard_normal(shapes["src"]), "dst": rng.standard_normal(shapes["dst"]),
                   "weights": rng.standard_normal(shapes["weights"]) / math.sqrt(fan),
-                  "bias": rng.standard_normal(shapes["bias"])}
+                  "bias": rng.standard_normal(shapes["bias"]), "post": rng.standard_normal(shapes["post"])}
         prev = self.previous
         if prev is not None and prev["call"] == c and rng.random() < 0.4:
             for name, arr in prev["arrays"].items():
@@ -187,6 +192,8 @@ class _Trial:
             self.op = oc.ConvTranspose(**a)
         elif kind == "fwd_relu":
             self.op = oc.ConvTranspose(**a, post_ops=["relu"])
+        elif kind == "fwd_add":
+            self.op = oc.ConvTranspose(**a, post_ops=[oc.PostOp("Add")])
         elif kind == "bwd_d":
             self.op = oc.ConvTransposeBackwardData(**a)
         elif kind == "bwd_w":
@@ -201,6 +208,17 @@ class _Trial:
             self.fixed_weights = np.ascontiguousarray(arrays["weights"])
             self.op = oc.ConvTransposeBackwardData(**a).with_constant_weights(arrays["weights"])
 
+    def fresh(self, c: dict[str, Any], arrays: dict[str, np.ndarray]) -> np.ndarray:
+        """The call again, on a new op object of the same kind (no out=)."""
+        op, fixed, previous = self.op, self.fixed_weights, self.previous
+        try:
+            self.op, self.fixed_weights = None, None
+            if self.kind != "functional":
+                self.make_op(c, arrays)
+            return self.run(c, arrays, None)[0]
+        finally:
+            self.op, self.fixed_weights, self.previous = op, fixed, previous
+
     def run(self, c: dict[str, Any], arrays: dict[str, np.ndarray], out: Optional[np.ndarray]) -> tuple[np.ndarray, str]:
         """Call the op; returns the result and how the call was spelled."""
         a, kind, rng = self.attrs, self.kind, self.rng
@@ -209,6 +227,8 @@ class _Trial:
             return self.op(src, w, out=out), ""
         if kind == "fwd_bias":
             return (self.op(src, w, bias, out=out), "bias") if c["bias"] else (self.op(src, w, out=out), "no bias")
+        if kind == "fwd_add":
+            return self.op(src, w, None, arrays["post"], out=out), f"Add of a {c['operand']} operand"
         if kind == "bwd_d":
             return self.op(dd, w, out=out), ""
         if kind == "const_fwd":
@@ -251,6 +271,8 @@ class _Trial:
         ref = f(f64)
         if kind == "fwd_relu":
             ref = np.maximum(ref, 0)
+        if kind == "fwd_add":
+            return ref + f64["post"], f(absolute) + absolute["post"], reduction
         return ref, f(absolute), reduction
 
     def out_for(self, shape: tuple[int, ...], dt: Any, prev_out: Optional[np.ndarray]) -> tuple[Optional[np.ndarray], str]:
@@ -339,7 +361,10 @@ def _calls(t: _Trial, rng: np.random.Generator, log: list[str]) -> str:
         tol = accuracy.tolerance(c["code"], reduction) * (float(np.max(mag)) if mag.size else 0.0)
         err = float(np.max(np.abs(g - ref))) if ref.size else 0.0
         if err > tol:
-            raise Failure(f"{trace}: off by {err:.3g} (tolerance {tol:.3g}; {_lowering(t)})")
+            fresh = t.fresh(c, arrays)  # is it the reuse? the same call on a new op object
+            fresh_err = float(np.max(np.abs(np.asarray(fresh, np.float64) - ref)))
+            raise Failure(f"{trace}: off by {err:.3g} (tolerance {tol:.3g}; {_lowering(t)}); "
+                          f"a new op object: off by {fresh_err:.3g}")
         t.previous = {"call": c, "arrays": arrays}
         prev_out = got
     return f"{head}: {len(log)} calls"
