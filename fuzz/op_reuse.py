@@ -106,14 +106,15 @@ class _Trial:
         self.previous: Optional[dict[str, Any]] = None
 
     # -- one call ----------------------------------------------------------------------
-    def pads(self, kernel: list[int], src: list[int]) -> tuple[list[int], list[int]]:
+    def pads(self, kernel: list[int]) -> tuple[list[int], list[int]]:
         a = self.attrs
         return reference.resolve_pads(kernel, a["strides"], a["dilations"], a.get("auto_pad", "None"),
                                       a.get("pads_begin", [0] * self.rank), a.get("pads_end", [0] * self.rank))
 
     def draw_call(self) -> Optional[dict[str, Any]]:
-        """The next call's problem (None: its dst would be empty): often the previous one
-        with one thing changed."""
+        """The next call's problem (None: its dst would be empty, or no kernel fits): often
+        the previous one with one thing changed (a "kernel" change of another op than
+        BackwardWeights: the same call again)."""
         rng, prev = self.rng, self.previous
         if prev is not None and rng.random() < 0.5:
             c = dict(prev["call"])
@@ -137,7 +138,7 @@ class _Trial:
 
     def dst_of(self, kernel: list[int], src: list[int], out_pad: list[int]) -> list[int]:
         a = self.attrs
-        begin, end = self.pads(kernel, src)
+        begin, end = self.pads(kernel)
         return [s * (x - 1) + d * (k - 1) + 1 - pb - pe + op for x, k, s, d, pb, pe, op in zip(
             src, kernel, a["strides"], a["dilations"], begin, end, out_pad)]
 
