@@ -276,7 +276,7 @@ def test_any_stride_on_size_one_dims(op, factor):
     """A size-1 dim's stride addresses nothing: batch 1 arrays (and kernel 1 weights, out=)
     with any stride there give the dense arrays' result bit for bit, through the lean path
     too. oneDNN 3.2 reads that stride in places (a binary Add: the next test); the package
-    describes such dims in C order (plan.library_strides)."""
+    describes such dims in C order (strides.library_strides)."""
     cfg = CFG.with_(n=1, kernel=(3, 1), dilations=(1, 1))
     t = cfg.tensors(np.random.default_rng(72))
     names = INPUTS[op]

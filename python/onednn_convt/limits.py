@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import environment, native, shapes
+from .strides import needs_copy
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering.base import Lowering
@@ -187,9 +188,7 @@ def nan_filled(shape: Sequence[int], dtype: Any) -> np.ndarray:
 # -- checks made when a call is planned ---------------------------------------------------------
 def _needs_copy(a: np.ndarray) -> bool:
     """Whether the op copies ``a`` because oneDNN cannot describe its strides."""
-    from .plan import fixed_view  # (plan imports this module)
-
-    return fixed_view(a) is not None
+    return needs_copy(a)
 
 
 def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:

@@ -19,7 +19,8 @@ from numpy.typing import ArrayLike
 from . import dtypes, interop, layouts, limits, lowering, native, schema, shapes
 from .lowering import autotune
 from .lowering.base import Lowering
-from .plan import PhasedPlan, Plan, Target, element_strides, non_overlapping
+from .plan import PhasedPlan, Plan, Target
+from .strides import element_strides, non_overlapping
 from .problem import Geometry, Problem
 from .constant_weights import ConstantWeights
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import numpy as np
 
 from . import dtypes, limits, memory, native, omp, shapes
+from . import strides as strides_
 from .errors import UnsupportedError
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ class PhasedPlan:
             view = result[phase.out] if phase.out else result
             if phase.accumulate:
                 np.add(result, plan.run(args, None, guarded), out=result)
-            elif nested(view):
+            elif strides_.nested(view):
                 plan.run(args, view, guarded)
             else:  # oneDNN refuses strides that do not nest (a weights phase): written here
                 np.copyto(view, plan.run(args, None, guarded))
@@ -206,31 +207,14 @@ class PhasedPlan:
         return shape
 
 
-def nested(a: np.ndarray) -> bool:
-    """Whether oneDNN can write ``a`` as it is: aligned, positive strides that nest."""
-    strides = element_strides(a)
-    return strides is not None and all(st > 0 for st in strides) and non_overlapping(a)
-
-
 #: for the benchmark's native loop, which rebuilds a phased plan's outputs as it does
-writable_as_given = nested
+writable_as_given = strides_.nested
 
 
 def _reshaped(a: np.ndarray, shape: tuple[int, ...]) -> Optional[np.ndarray]:
     """``a`` viewed with ``shape`` (same elements, C order), or None where ``a`` is not
     C-contiguous (a reshape would copy)."""
     return a.reshape(shape) if a.flags.c_contiguous else None
-
-
-def element_strides(a: np.ndarray) -> Optional[tuple[int, ...]]:
-    """Strides of ``a`` in elements, or None where oneDNN cannot describe them."""
-    size = a.itemsize
-    if not a.flags.aligned or any(s % size for s in a.strides):
-        return None
-    strides = tuple(s // size for s in a.strides)
-    if any(s <= 0 and n > 1 for s, n in zip(strides, a.shape)):
-        return None
-    return strides
 
 
 def _aligned_copy(a: np.ndarray) -> np.ndarray:
@@ -241,50 +225,18 @@ def _aligned_copy(a: np.ndarray) -> np.ndarray:
 def fixed_view(a: np.ndarray) -> Optional[Callable[[np.ndarray], np.ndarray]]:
     """How to present ``a`` to oneDNN: None as it is, or a function giving a usable array.
 
-    Size-1 dimensions may have any stride in NumPy (0 after ``x[None]``): the library is
-    told the C-order one (:func:`library_strides`) and reads the same memory. Negative or
-    zero strides on longer dimensions, strides that do not nest (each dimension's step at
-    least the extent of the ones with smaller steps: ``x[:, :, ::3, ::3]`` of an NCX array
-    breaks it, and oneDNN refused such a view with invalid_arguments) and misaligned data
-    are copied (into an aligned C-contiguous array): oneDNN cannot describe them.
+    Arrays oneDNN cannot describe (:func:`onednn_convt.strides.needs_copy`) are copied into
+    an aligned C-contiguous array; any stride on a size-1 dim is fine
+    (:func:`onednn_convt.strides.library_strides`).
     """
-    strides = element_strides(a)
-    if strides is None or not non_overlapping(a):
-        return _aligned_copy
-    return None
+    return _aligned_copy if strides_.needs_copy(a) else None
 
 
 def describe(a: np.ndarray, code: str) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     """The library's description of ``a``: (shape, strides in elements, dtype code)."""
-    strides = element_strides(a)
+    strides = strides_.element_strides(a)
     assert strides is not None
-    return tuple(a.shape), library_strides(a.shape, strides), code
-
-
-def library_strides(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
-    """``strides`` (elements) with each size-1 dim's replaced by the C-order one: the extent
-    of the dims after it. A size-1 dim's stride addresses nothing, and NumPy leaves any value
-    there (``x[::2]`` of two rows: twice the dense one; ``x[None]``: 0), but oneDNN 3.2 reads
-    it: a binary Add whose operand had a size-1 dim's stride above the dense one added the
-    wrong elements (docs/deviations.md). The core compares the other dims' strides alone."""
-    out = list(strides)
-    inner = 1
-    for i in reversed(range(len(shape))):
-        if shape[i] == 1:
-            out[i] = inner
-        inner = max(inner, out[i] * shape[i])
-    return tuple(out)
-
-
-def non_overlapping(a: np.ndarray) -> bool:
-    dims = sorted((s, n) for s, n in zip(a.strides, a.shape) if n > 1)
-    extent = a.itemsize
-    for s, n in dims:
-        if s < extent:
-            return False
-        extent = s * n
-    return True
-
+    return tuple(a.shape), strides_.library_strides(a.shape, strides), code
 
 
 def plan_for(target: Target, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> Any:
@@ -359,7 +311,7 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
             plans.append(None)
             continue
         view = result[phase.out] if phase.out else result
-        written = view if not phase.accumulate and nested(view) else None
+        written = view if not phase.accumulate and strides_.nested(view) else None
         plans.append(plan_for(target, phase.lowering, args, written, code))
     bias_axis = bias_add = None
     if target.bias_format is not None and len(arrays) > 2 and arrays[2] is not None:

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import dtypes, memory, native, omp, plan, shapes
+from .. import dtypes, memory, native, omp, shapes
+from ..strides import nested
 
 #: arrays of fewer elements are copied by NumPy (the library call's fixed cost dominates)
 MIN_ELEMS = 1 << 16
@@ -31,7 +32,7 @@ def permuted(a: np.ndarray, shape: Sequence[int], axes: Sequence[int]) -> np.nda
         return _numpy_permuted(a, shape, axes)
     sizes, strides = dims
     src = np.lib.stride_tricks.as_strided(view, sizes, tuple(s * a.itemsize for s in strides))
-    if not plan.nested(src):
+    if not nested(src):
         # axes that interleave without overlapping, which oneDNN 3.2 cannot describe ("could
         # not construct a memory descriptor using strides"): a polyphase phase of an NCX
         # array moved to NXC, (17, 17, 1024) with strides (66, 2, 1089)
