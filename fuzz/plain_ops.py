@@ -181,10 +181,10 @@ def _trial(rng: np.random.Generator, p: dict[str, Any], drawn: str) -> str:
     for label, got in (("first call", first), ("second call", second), ("out= call", third)):
         if got.shape != ref.shape or got.dtype != np.dtype(dt):
             raise Failure(f"{what}: {label} gave {got.dtype}{got.shape}, expected {np.dtype(dt)}{ref.shape}")
-        g = np.asarray(got, np.float64)
-        if not np.all(np.isfinite(g)):
+        if not np.all(np.isfinite(got)):
             raise Failure(f"{what}: {label} has non-finite values ({op.lowering})")
-        err = float(np.max(np.abs(g - ref))) if ref.size else 0.0
+        # row by row: a model-sized 3-D weights gradient is 1.3 GiB in float64 alone
+        err = max((float(np.max(np.abs(np.asarray(g, np.float64) - r))) for g, r in zip(got, ref)), default=0.0)
         if err > tol * scale:
             raise Failure(f"{what}: {label} off by {err:.3g} (tolerance {tol * scale:.3g}; {op.lowering})")
     return f"{what}: {op.lowering}"
