@@ -325,19 +325,20 @@ class ConvTransposeBackwardWeights(Op):
         """
         return self._call((src, diff_dst, weights_shape), out)
 
+    @staticmethod
+    def _weights_shape_key(ws: Optional[np.ndarray]) -> Any:
+        """The weights_shape input's part of a call's signature (None: by the attribute)."""
+        return None if ws is None else (ws.dtype, ws.shape, ws.tobytes())
+
     def _signature(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Any:
         src, dd, ws = arrays
-        wkey = None if ws is None else (ws.dtype, ws.shape, ws.tobytes())
-        return super()._signature((src, dd), out), wkey
+        return super()._signature((src, dd), out), self._weights_shape_key(ws)
 
     def _executor_inputs(self, inputs: tuple[Any, ...], made_for: Any) -> Optional[tuple[Any, ...]]:
         # the executor sees src and diff_dst alone: the last plan fits only if it was made for
         # this weights_shape (src and diff_dst leave the kernel open: the forward's
         # output_padding is not an attribute here, and auto_pad SAME_* ignores the kernel)
-        ws, made_for = inputs[2], made_for[1]
-        if ws is None:
-            return inputs[:2] if made_for is None else None
-        return inputs[:2] if made_for == (ws.dtype, ws.shape, ws.tobytes()) else None
+        return inputs[:2] if made_for[1] == self._weights_shape_key(inputs[2]) else None
 
     def _weights_shape(self, ws: Any, rank: int) -> tuple[int, ...]:
         op = self.op_name
