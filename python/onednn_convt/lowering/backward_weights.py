@@ -122,17 +122,13 @@ def _unit_stride(p: Problem, name: str, attrs: dict[str, Any], inputs: tuple[int
     first = 2 if p.data_format == "NCX" else 1  # the first spatial axis
     shape = list(p.input_shapes[1])
     shape[first:first + rank] = p.src
-    # per dim: the src rows whose diff_dst row exists, and that diff_dst row's slice
-    rows = []
-    for x, y, s, pb in zip(p.src, p.dst, g.strides, g.pads_begin):
-        lo = -(-pb // s)  # the first src row i with s*i - pb >= 0
-        hi = min(x, (y - 1 + pb) // s + 1)  # past the last with s*i - pb < y
-        hi = max(hi, lo)
-        rows.append((slice(lo, hi), slice(s * lo - pb, s * (hi - 1) - pb + 1 if hi > lo else s * lo - pb, s)))
+    # per dim: the src rows i whose diff_dst row s*i - pb exists, and those diff_dst rows
     into = [slice(None)] * len(shape)
     take = [slice(None)] * len(shape)
-    for d, (dst_rows, dd_rows) in enumerate(rows):
-        into[first + d], take[first + d] = dst_rows, dd_rows
+    for d, (x, y, s, pb) in enumerate(zip(p.src, p.dst, g.strides, g.pads_begin)):
+        lo = -(-pb // s)  # the first src row with s*i - pb >= 0
+        hi = max(lo, min(x, (y - 1 + pb) // s + 1))  # past the last with s*i - pb < y
+        into[first + d], take[first + d] = slice(lo, hi), slice(s * lo - pb, s * hi - pb, s)
     return Lowering(name, attrs, inputs, p.weights_shape, prepare=_diff_dst_in_zeros(inputs.index(1), shape, into, take),
                     prepared_elems=math.prod(shape), f32_only=f32_only,
                     guard=guard or guards.STRIDED_1X1_BACKWARD_WEIGHTS.name, name=name)
