@@ -186,11 +186,6 @@ def nan_filled(shape: Sequence[int], dtype: Any) -> np.ndarray:
 
 
 # -- checks made when a call is planned ---------------------------------------------------------
-def _needs_copy(a: np.ndarray) -> bool:
-    """Whether the op copies ``a`` because oneDNN cannot describe its strides."""
-    return needs_copy(a)
-
-
 def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:
     """Raise ValueError where oneDNN's 32-bit shape arithmetic would overflow.
 
@@ -244,7 +239,7 @@ def estimate(
     parts = {
         "result": 0 if out is not None else out_elems * itemsize,
         "copies of inputs oneDNN cannot describe": sum(
-            a.nbytes if a.size else 0 for a in inputs if _needs_copy(a)
+            a.nbytes if a.size else 0 for a in inputs if needs_copy(a)
         ),
         "f32 copies (emulated dtype)": (in_elems + lib_elems) * 4 if emulated else 0,
         "inputs prepared for the library": low.prepared_elems * compute,
