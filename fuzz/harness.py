@@ -53,6 +53,7 @@ FUZZERS = {
     "threads": "threads",
     "fork": "fork",
     "torch": "torch_layers",
+    "torch_reuse": "torch_reuse",
     "cli": "cli_options",
 }
 #: the environment of every child (the memory limit makes a huge allocation an error

@@ -19,7 +19,7 @@ from isa_scan import ISA_LEVELS  # noqa: E402
 from test_isa_matrix import require  # noqa: E402
 
 #: trials per fuzzer in the default run (the slow run: SLOW_FACTOR times as many)
-CI_TRIALS = {"conformance": 60, "api": 60, "fused": 40, "plain": 60, "reuse": 40, "threads": 8, "fork": 8, "torch": 60, "cli": 24}
+CI_TRIALS = {"conformance": 60, "api": 60, "fused": 40, "plain": 60, "reuse": 40, "threads": 8, "fork": 8, "torch": 60, "torch_reuse": 40, "cli": 24}
 SLOW_FACTOR = 10
 
 
