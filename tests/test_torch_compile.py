@@ -134,6 +134,24 @@ def test_autocast_returns_torchs_dtype_and_values(low, channels_last):
     np.testing.assert_allclose(ours.weight.grad.numpy(), theirs.weight.grad.numpy(), rtol=0.05, atol=0.5)
 
 
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+def test_autocast_casts_every_dtype_as_torch_does(low, dtype):
+    # torch's autocast casts any floating tensor but a float64 one: float16 under bfloat16 too
+    torch.manual_seed(9)
+    theirs = torch.nn.ConvTranspose2d(4, 2, 3, stride=2).to(dtype)
+    ours = oct.ConvTranspose2d(4, 2, 3, stride=2).to(dtype)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(1, 4, 5, 5).to(dtype).requires_grad_()
+    with torch.autocast("cpu", dtype=low):
+        a, b = ours(x), theirs(x)
+    assert a.dtype == b.dtype == low
+    np.testing.assert_allclose(a.float().detach().numpy(), b.float().detach().numpy(), rtol=0.05, atol=0.05)
+    a.float().sum().backward()
+    assert x.grad is not None and x.grad.dtype == dtype
+    assert ours.weight.grad is not None and ours.weight.grad.dtype == dtype
+
+
 def test_without_autocast_float32_stays_float32():
     layer = oct.ConvTranspose2d(4, 2, 3)
     x = torch.randn(1, 4, 5, 5)

@@ -52,15 +52,16 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def _autocast(input: Tensor, weight: Tensor, bias: Optional[Tensor]) -> tuple[Tensor, Tensor, Optional[Tensor]]:
     """The tensors as CPU autocast runs a transposed convolution: inside
-    ``torch.autocast("cpu", dtype=torch.bfloat16)`` (or float16) float32 tensors are cast
-    to that dtype, as torch's own layer does, and the result comes out in it. The casts are
-    autograd ops: the gradients reach float32 parameters in float32."""
+    ``torch.autocast("cpu", dtype=torch.bfloat16)`` (or float16) every floating tensor but a
+    float64 one is cast to that dtype, as torch's own layer does (a float16 one too under
+    bfloat16, and the other way round), and the result comes out in it. The casts are
+    autograd ops: the gradients reach the parameters in their own dtype."""
     low = torch.get_autocast_dtype("cpu")
     if low not in (torch.bfloat16, torch.float16):
         return input, weight, bias
 
     def cast(t: Tensor) -> Tensor:
-        return t.to(low) if t.dtype == torch.float32 else t
+        return t.to(low) if t.is_floating_point() and t.dtype not in (low, torch.float64) else t
 
     return cast(input), cast(weight), None if bias is None else cast(bias)
 
