@@ -18,6 +18,9 @@ its layout is ours and not the one autograd gives a leaf's ``.grad``) and checks
   tangents on the input, weight and bias, and ``vmap`` over two inputs and two weights (the
   vmapped weights run as groups), each against the same transform of torch's function in
   float64;
+- in some trials, the three registered custom ops (what ``torch.compile`` traces) on the
+  same tensors and on fake tensors: the fake kernel's shape, strides and dtype must be the
+  real result's exactly, since a compiled graph lays out what follows by them;
 - an output_padding past the stride (torch takes it below the dilation too) that adds
   positions beyond the full output past what the op can give: a ValueError naming the
   function and the argument (``torch_run.Geometry``).
@@ -166,6 +169,8 @@ def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the ha
     if rng.random() < 0.4:
         _check_transforms(torch, oct, rng, what, code, rank, (x, w, b0), (strides, pads, out_pads, groups, dilations),
                           reductions["output"])
+    if rng.random() < 0.3:
+        _check_fake(torch, what, (x, w, b0, g), (strides, pads, out_pads, groups, dilations))
     if need[0]:
         layout = _dense_layout(torch, x)
         got_layout = _dense_layout(torch, ours_grads[0])
@@ -205,3 +210,25 @@ def _check_transforms(torch: Any, oct: Any, rng: np.random.Generator, what: str,
         tol = 4 * terms * accuracy.tolerance(code, reduction)
         if not err <= tol:
             raise Failure(f"{what}: {name} off by {err:.3g} (allowed {tol:.3g})")
+
+
+def _check_fake(torch: Any, what: str, tensors: tuple[Any, Any, Any, Any], attrs: tuple[Any, ...]) -> None:
+    """Each custom op's fake (meta) result against its real one: shape, strides, dtype."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import onednn_convt.torch as oct
+
+    x, w, b, g = tensors
+    calls = (("conv_transpose", oct.conv_transpose_op, (x, w, b, *attrs)),
+             ("conv_transpose_backward_data", oct.backward_data_op, (g, w, *attrs)),
+             ("conv_transpose_backward_weights", oct.backward_weights_op, (x, g, list(w.shape), *attrs)))
+    for name, op, args in calls:
+        real = op(*args)
+        mode = FakeTensorMode()
+        fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        with mode:
+            fake = op(*fake_args)
+        got = (tuple(fake.shape), tuple(fake.stride()), fake.dtype)
+        want = (tuple(real.shape), tuple(real.stride()), real.dtype)
+        if got != want:
+            raise Failure(f"{what}: the {name} custom op's fake result is {got}, its real one {want}")

@@ -344,15 +344,19 @@ def _like(activation: Tensor, weight: Tensor, shape: Sequence[Any]) -> Tensor:
 @conv_transpose_op.register_fake
 def _(src: Tensor, weight: Tensor, bias: Optional[Tensor], stride: _Ints, padding: _Ints,
       output_padding: _Ints, groups: int, dilation: _Ints) -> Tensor:
-    x = shapes.conv_transpose_output(src.shape[2:], weight.shape[2:], stride, dilation, padding, padding,
-                                     output_padding)
+    g = _geometry(stride, padding, output_padding, groups, dilation, "conv_transpose")
+    x = shapes.conv_transpose_output(src.shape[2:], weight.shape[2:], g.strides, g.dilations, g.pads, g.pads_end,
+                                     g.op_output_padding)
     return _like(src, weight, [src.shape[0], weight.shape[1] * groups, *x])
 
 
 @backward_data_op.register_fake
 def _(diff_dst: Tensor, weight: Tensor, stride: _Ints, padding: _Ints, output_padding: _Ints,
       groups: int, dilation: _Ints) -> Tensor:
-    x = shapes.backward_data_output(diff_dst.shape[2:], weight.shape[2:], stride, dilation, padding, padding)
+    # the op's pads_end and output_padding (Geometry._ends): where torch's output_padding reaches
+    # the stride (below the dilation) it is less pads_end, which the op's diff_src size counts
+    g = _geometry(stride, padding, output_padding, groups, dilation, "conv_transpose_backward_data")
+    x = shapes.backward_data_output(diff_dst.shape[2:], weight.shape[2:], g.strides, g.dilations, g.pads, g.pads_end)
     return _like(diff_dst, weight, [diff_dst.shape[0], weight.shape[0], *x])
 
 
