@@ -5,7 +5,10 @@ run some of them first (so the parent has OpenMP threads and compiled plans), st
 threads that call them (new signatures too: they compile), and forks 2-6 times at random
 moments. Each child calls one op (old or new signature, a new op object or an inherited
 one) and exits 0 when the result matches the reference; the parent waits for it with a
-deadline: a child that hangs, dies or answers wrong fails the trial.
+deadline: a child that hangs, dies or answers wrong fails the trial. Where torch is
+installed, half the trials mix ``onednn_convt.torch`` calls among the problems (the threads
+fuzzer's): the torch path's executors, made for the parent's threads, must not run in a
+child as they are.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 import numpy as np
 
 from harness import Failure
-from threads import _make, _problem
+from threads import _make, _problem, _torch_call, _torch_problem
 
 NAME = "fork"
 PER_PROCESS = 1
@@ -29,6 +32,10 @@ CHILD_DEADLINE = 60.0
 
 def _child(p: dict, inherited: object) -> int:
     try:
+        if p["op"] == "torch":
+            import torch
+
+            return 0 if not _torch_call(p, torch) else 3
         op = inherited if inherited is not None else _make(p)
         got = op(*p["args"])
         err = float(np.max(np.abs(np.asarray(got, np.float64) - p["ref"])))
@@ -38,12 +45,25 @@ def _child(p: dict, inherited: object) -> int:
 
 
 def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the harness's signature
-    problems = [_problem(rng) for _ in range(int(rng.integers(2, 6)))]
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    with_torch = torch is not None and rng.random() < 0.5
+    problems = [_torch_problem(rng, torch) if with_torch and rng.random() < 0.5 else _problem(rng)
+                for _ in range(int(rng.integers(2, 6)))]
     ops = [_make(p) for p in problems]
+
+    def call(k: int, op: object) -> None:
+        if problems[k]["op"] == "torch":
+            _torch_call(problems[k], torch)
+        else:
+            op(*problems[k]["args"])  # type: ignore[operator]
+
     warm = rng.random() < 0.8
     if warm:
-        for op, p in zip(ops, problems):
-            op(*p["args"])
+        for k, op in enumerate(ops):
+            call(k, op)
     stop = threading.Event()
     workers = int(rng.integers(0, 5))
     seeds = rng.integers(0, 2**31, workers)
@@ -52,8 +72,7 @@ def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the ha
         r = np.random.default_rng(seed)
         while not stop.is_set():
             k = int(r.integers(len(problems)))
-            target = ops[k] if r.random() < 0.5 else _make(problems[k])
-            target(*problems[k]["args"])
+            call(k, ops[k] if r.random() < 0.5 else _make(problems[k]))
 
     pool = [threading.Thread(target=work, args=(int(s),), daemon=True) for s in seeds]
     for t in pool:
@@ -89,4 +108,5 @@ def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the ha
         t.join(timeout=60)
     if failures:
         raise Failure("; ".join(failures))
-    return f"{forks} forks beside {workers} threads ({'warm' if warm else 'cold'} parent)"
+    n_torch = sum(p["op"] == "torch" for p in problems)
+    return f"{forks} forks beside {workers} threads ({'warm' if warm else 'cold'} parent; {n_torch} torch problems)"

@@ -259,3 +259,29 @@ def test_forked_child_after_executors():
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_forked_child_after_torchs_own_parallel_ops():
+    """A parent that ran torch's own parallel ops (never ours) shares its OpenMP pool with
+    oneDNN (one libgomp): its forked child hung in our first op (fuzz/fork.py), and in
+    torch's own. Now the child runs both on one thread, with torch's values."""
+    script = textwrap.dedent("""
+        import os, signal, sys, torch
+        import onednn_convt.torch as oct
+        from onednn_convt import native
+        torch.set_num_threads(2)
+        x, w, b = torch.randn(4, 64, 16, 16), torch.randn(64, 32, 4, 4), torch.randn(32)
+        want = torch.nn.functional.conv_transpose2d(x.double(), w.double(), b.double(), 2, 1)
+        torch.nn.functional.conv_transpose2d(x, w, b, 2, 1)  # torch's own, on two threads
+        assert not native._core.library_entered()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(60)  # a hang ends the child
+            ok = torch.allclose(oct.conv_transpose2d(x, w, b, 2, 1).double(), want, atol=1e-3)
+            ok = ok and torch.allclose(torch.nn.functional.conv_transpose2d(x, w, b, 2, 1).double(), want, atol=1e-3)
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr)

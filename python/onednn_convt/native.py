@@ -14,8 +14,12 @@ oneDNN on more than one thread, the fork hook below sets the child's OpenMP thre
 were built for the parent's thread count) and advances :data:`fork_generation`; each op
 object, and each cache of compiled plans, drops what it made in an earlier generation on
 its next call. The child computes the same results on one thread (``spawn`` and
-``forkserver`` start a fresh interpreter and keep every thread). A parent that had not run an
-op yet, or ran with ``OMP_NUM_THREADS=1``, has no pool: its children are left alone. A fork
+``forkserver`` start a fresh interpreter and keep every thread). The process has one
+libgomp, shared with torch's CPU ops where torch is imported (:data:`OPENMP_PEERS`): a
+parent that ran only torch's parallel ops has the pool too, and the child is treated the same
+(its own torch ops then run on one thread as well, where they would hang otherwise). A parent
+that had not run an op yet and imported no such module, or ran with ``OMP_NUM_THREADS=1``, has
+no pool: its children are left alone. A fork
 waits until no other thread is inside the library (the binding's fork gate), so the child
 never inherits a lock the library or the binding held.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 
 from . import omp
 from ._loader import preload
@@ -111,11 +116,19 @@ def clear_library_caches() -> None:
 fork_generation = 0
 
 
+#: modules whose CPU ops run parallel regions on the process's one GNU OpenMP runtime (the
+#: libgomp.so.1 oneDNN's wheel loads, shared by soname): imported, they may have made the
+#: pool a forked child cannot use (a child of a parent that ran torch's own parallel ops
+#: hung in its first op of ours, fuzz/fork.py)
+OPENMP_PEERS = ("torch",)
+
+
 def _after_fork_in_child() -> None:
     global fork_generation
     # no thread compiled or ran an op (as of the fork: the binding makes a fork wait for
-    # every call in flight): no OpenMP pool to inherit
-    if not _core.library_entered():
+    # every call in flight), and no module that shares the OpenMP runtime is imported: no
+    # OpenMP pool to inherit
+    if not _core.library_entered() and not any(m in sys.modules for m in OPENMP_PEERS):
         return
     threads = omp.max_threads()
     if threads is None or threads <= 1:
