@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from harness import Failure
-from threads import _make, _problem, _torch_call, _torch_problem
+from threads import _make, _problem, _torch_call, _torch_problem, torch_or_none
 
 NAME = "fork"
 PER_PROCESS = 1
@@ -45,11 +45,8 @@ def _child(p: dict, inherited: object) -> int:
 
 
 def trial(rng: np.random.Generator, index: int) -> str:  # noqa: ARG001 - the harness's signature
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    with_torch = torch is not None and rng.random() < 0.5
+    torch = torch_or_none(rng)
+    with_torch = torch is not None
     problems = [_torch_problem(rng, torch) if with_torch and rng.random() < 0.5 else _problem(rng)
                 for _ in range(int(rng.integers(2, 6)))]
     ops = [_make(p) for p in problems]
