@@ -82,6 +82,10 @@ def torch_or_none(rng: np.random.Generator) -> Any:
         return None
     import torch
 
+    # imported here, before any thread starts: a child forked while another thread was in
+    # its first import waits for that import's lock forever (CPython's, not the package's)
+    import onednn_convt.torch  # noqa: F401
+
     return torch
 
 
