@@ -30,6 +30,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+import torch_layers
 from harness import Failure
 from onednn_convt import accuracy
 
@@ -39,8 +40,7 @@ TIMEOUT = 120.0
 #: modules a trial imports: without one of them the fuzzer cannot run (tests skip it)
 REQUIRES = ("torch",)
 CODES = ("f32", "f32", "bf16", "f16")
-LAYOUTS = ("contiguous", "contiguous", "channels_last", "slice", "permuted", "broadcast", "offset",
-           "misaligned", "negated")
+LAYOUTS = (*torch_layers.LAYOUTS, "offset", "misaligned", "negated")
 CHANGES = ("none", "none", "update", "update_data", "replace", "dtype", "channels_last", "bias", "freeze")
 
 
@@ -53,24 +53,8 @@ def _code(torch: Any, dtype: Any) -> str:
 
 
 def _layout(torch: Any, t: Any, how: str, rng: np.random.Generator) -> Any:
-    """``t``'s values in a tensor laid out as ``how`` (same shape and dtype)."""
-    if how == "channels_last" and t.dim() in (4, 5):
-        fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
-        return t.contiguous(memory_format=fmt)
-    if how == "slice":  # every other element of a tensor twice as long in one dim
-        dim = int(rng.integers(t.dim()))
-        shape = list(t.shape)
-        shape[dim] *= 2
-        index = [slice(None)] * t.dim()
-        index[dim] = slice(0, None, 2)
-        big = torch.zeros(shape, dtype=t.dtype)
-        big[tuple(index)] = t
-        return big[tuple(index)]
-    if how == "permuted":  # stored in a random dimension order
-        order = [int(i) for i in rng.permutation(t.dim())]
-        return t.permute(order).contiguous().permute([order.index(i) for i in range(t.dim())])
-    if how == "broadcast" and t.shape[0] > 1:
-        return t[:1].expand(t.shape)  # one sample, broadcast over the batch (zero strides)
+    """``t``'s values in a tensor laid out as ``how`` (same shape and dtype): the torch
+    fuzzer's layouts, and three of memory placement."""
     if how == "offset":  # one element past the start of a buffer: aligned to the element only
         flat = torch.zeros(t.numel() + 1, dtype=t.dtype)
         view = flat[1:].view(t.shape)
@@ -83,7 +67,7 @@ def _layout(torch: Any, t: Any, how: str, rng: np.random.Generator) -> Any:
         return torch.from_numpy(arr)
     if how == "negated":  # a lazily negated view (is_neg)
         return torch._neg_view(-t)
-    return t.contiguous()
+    return torch_layers._layout(torch, t, how, rng)
 
 
 class _Trial:
