@@ -91,6 +91,8 @@ def torch_or_none(rng: np.random.Generator) -> Any:
 
 def _torch_problem(rng: np.random.Generator, torch: Any) -> dict[str, Any]:
     """One small ``onednn_convt.torch`` call, with torch's float64 results as reference."""
+    from onednn_convt import torch_run  # imports torch: only in the trials that use it
+
     code = str(rng.choice(["f32", "bf16"]))
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[code]
     rank = int(rng.choice([1, 2, 3]))
@@ -109,7 +111,7 @@ def _torch_problem(rng: np.random.Generator, torch: Any) -> dict[str, Any]:
     geometry = (stride, padding, out_pad, groups, dilation)
     x = torch.randn(n, ic, *src).to(dtype)
     if rank > 1 and rng.random() < 0.5:
-        x = x.contiguous(memory_format=torch.channels_last if rank == 2 else torch.channels_last_3d)
+        x = x.contiguous(memory_format=torch_run.channels_last_format(rank))
     w = (torch.randn(ic, oc_ // groups, *kernel) / math.sqrt(ic // groups * math.prod(kernel))).to(dtype)
     b = torch.randn(oc_).to(dtype) if rng.random() < 0.5 else None
     fn = getattr(torch.nn.functional, f"conv_transpose{rank}d")

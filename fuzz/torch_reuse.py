@@ -32,7 +32,7 @@ import numpy as np
 
 import torch_layers
 from harness import Failure
-from onednn_convt import accuracy
+from onednn_convt import accuracy, torch_run
 
 NAME = "torch_reuse"
 PER_PROCESS = 20
@@ -119,7 +119,7 @@ class _Trial:
                 m.to(_torch_dtype(torch, code))
                 what += f" {code}"
             elif what == "channels_last" and self.rank > 1:
-                fmt = torch.channels_last if self.rank == 2 else torch.channels_last_3d
+                fmt = torch_run.channels_last_format(self.rank)
                 m.to(memory_format=fmt if rng.random() < 0.7 else torch.contiguous_format)
             elif what == "bias":
                 if m.bias is None:
@@ -238,7 +238,7 @@ def _call(torch: Any, t: _Trial, rng: np.random.Generator, i: int, change: str, 
     k = math.prod(m.kernel_size)
     n = x.shape[0] if x.dim() == t.rank + 2 else 1
     _check(trace, "output", out, ref, mag, dtype, 4 * accuracy.tolerance(code, t.ic // m.groups * k))
-    fmt = {2: torch.channels_last, 3: torch.channels_last_3d}.get(t.rank)
+    fmt = torch_run.channels_last_format(t.rank)
     if fmt is not None and x.dim() == t.rank + 2 and x.is_contiguous(memory_format=fmt) \
             and not x.is_contiguous() and not out.is_contiguous(memory_format=fmt):
         raise Failure(f"{trace}: a channels_last input gave an output of strides {tuple(out.stride())}")
