@@ -195,7 +195,9 @@ def _call(torch: Any, t: _Trial, rng: np.random.Generator, i: int, change: str, 
     # the reference's inputs: the values the op computes on (autocast rounds them first)
     def rounded(v: Any) -> Any:
         v = v.detach()
-        return (v.to(low) if autocast else v).double()
+        # contiguous: torch's float64 layer refuses some layouts itself ("grad_weight needs
+        # to be contiguous", seed 9 trials 79 and 86), as the torch fuzzer found
+        return (v.to(low) if autocast else v).double().contiguous()
 
     output_padding = m._output_padding(x, size, m.stride, m.padding, m.kernel_size, t.rank, m.dilation)
     ref_x = rounded(x).requires_grad_(wants_x)
@@ -248,8 +250,8 @@ def _call(torch: Any, t: _Trial, rng: np.random.Generator, i: int, change: str, 
         wanted = [(name, v, r, a) for name, v, r, a in zip(("d input", "d weight", "d bias"), (x, m.weight, m.bias),
                                                             (ref_x, ref_w, ref_b), abs_leaves)
                   if v is not None and r is not None and v.requires_grad]
-        refs = torch.autograd.grad(ref, [r for _, _, r, _ in wanted], g.double())  # g's values (a broadcast repeats one sample)
-        mags = torch.autograd.grad(mag, [a for _, _, _, a in wanted], g.double().abs())
+        refs = torch.autograd.grad(ref, [r for _, _, r, _ in wanted], g.double().contiguous())  # g's values (a broadcast repeats one sample)
+        mags = torch.autograd.grad(mag, [a for _, _, _, a in wanted], g.double().abs().contiguous())
         if rng.random() < 0.5:
             grads = torch.autograd.grad(out, [v for _, v, _, _ in wanted], g)
             how_grad = "autograd.grad"
