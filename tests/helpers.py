@@ -298,6 +298,39 @@ def seeded_configs(count: int, seed: int, rank: int | None = None) -> list[Confi
     return [random_config(rng, rank) for _ in range(count)]
 
 
+# -- what this CPU runs natively ------------------------------------------------------------
+def int8_fuses() -> bool:
+    """Whether an int8 graph fuses into the library here: without VNNI every int8 call takes
+    the guard ``int8_without_vnni``'s route (the op in f32, the rest in NumPy; docs/deviations.md)."""
+    from onednn_convt.post_ops import INT8_WITHOUT_VNNI
+
+    return oc.guards.dispatch_isa() not in INT8_WITHOUT_VNNI
+
+
+def native(code: str, op: str = "ConvTranspose") -> bool:
+    """Whether ``op`` has native kernels for the dtype ``code`` on this CPU (else the package
+    computes it in f32: the lowering's name ends in " (f32 emulation)")."""
+    return bool(oc.info()["dtypes"][op][code] == "native")
+
+
+#: the end of a lowering's name where the package computes a low-precision dtype in f32
+EMULATION = " (f32 emulation)"
+
+
+def lowering_here(want: str, code: str, op: str = "ConvTranspose") -> str:
+    """The lowering name ``want`` of a ``code`` call as this CPU gives it: where ``code`` has
+    no native kernels, the same route computed in f32 ends in :data:`EMULATION`."""
+    return want if native(code, op) or want.endswith(EMULATION) else want + EMULATION
+
+
+def require_native(code: str, op: str = "ConvTranspose") -> None:
+    """Skip a test of a route that only a CPU with native ``code`` kernels takes."""
+    import pytest
+
+    if not native(code, op):
+        pytest.skip(f"{op} computes {code} in f32 on this CPU (no native kernels)")
+
+
 # -- tolerance ------------------------------------------------------------------------------
 def emulated_dtype() -> np.dtype[Any]:
     """A low-precision dtype ConvTranspose computes in f32 on this CPU (f16 first): for tests

@@ -343,18 +343,25 @@ def test_fused_suite_rows_and_files(fused_run: dict) -> None:
 def test_fused_suite_checked_every_row(fused_run: dict) -> None:
     """Each row ran in the library as its lowering says (one fused partition, or the op and
     then the rest: the stride-1 speed rule where the measured rules run this float layer on
-    the deconvolution), and its result was checked against the unfused one (and PyTorch's
-    where installed) before it was timed."""
+    the deconvolution; int8 on a CPU without VNNI: the int8_without_vnni guard's f32 route),
+    and its result was checked against the unfused one (and PyTorch's where installed) before
+    it was timed."""
+    from helpers import int8_fuses
     from onednn_convt.bench import fused, fused_checks
 
     torch = runner.peers.torch_module()
+    int8_unfused = not int8_fuses()  # the int8_without_vnni guard's route
     for r in fused_run["doc"]["results"]:
         if ", then the rest: oneDNN 3.2's stride-1 deconvolution is slow with them fused)" in r["lowering"]:
             assert r["dtype"] != "int8" and r["fused"] is False and r["partitions"] >= 2, r["key"]
+        elif r["dtype"] == "int8" and int8_unfused:
+            assert r["fused"] is False and r["lowering"].startswith("Dequantize in NumPy, ConvTranspose (f32)"), r["key"]
+            assert "int8 kernels without VNNI" in r["lowering"], r["key"]
         else:
             assert r["fused"] is True and r["partitions"] == 1, r["key"]
             assert "1 fused partition" in r["lowering"], r["key"]
-        assert "in NumPy" not in r["lowering"], r["key"]
+        if not (r["dtype"] == "int8" and int8_unfused):
+            assert "in NumPy" not in r["lowering"], r["key"]
         if r["dtype"] == "int8":
             assert r["lsb_unfused"] <= fused_checks.INT8_LSB and r["lsb_f32"] <= fused_checks.INT8_LSB, r["key"]
             if torch is not None:  # a PyTorch engine passed its check, or the row says why none did

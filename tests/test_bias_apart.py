@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import onednn_convt as oc
 import pytest
-from helpers import assert_close
+from helpers import assert_close, require_native
 
 from onednn_convt import _core, reference
 from onednn_convt.lowering import base, forward
@@ -120,6 +120,8 @@ def test_polyphase_bias_in_the_phases_or_after_them(code, large, data_format, gr
     it to each view), a larger (or bf16) one's phases run without it and one BiasAdd follows
     over dst (in NumPy for an out= of other strides), unless every phase is a forward
     Convolution (depthwise), which takes it; the bias-only views hold the bias."""
+    if code == "bf16":  # a forced route of the native bf16 kernels (emulated bf16: the f32 rules)
+        require_native("bf16")
     from onednn_convt import lowering
     from onednn_convt.lowering import base, polyphase
 
@@ -158,6 +160,8 @@ def test_polyphase_of_forward_convolutions_keeps_the_bias_in_them(code, data_for
     """A depthwise k4 s2 p1 layer, polyphase forced and every f32 result "large": each phase is
     the hand rules' forward Convolution over flipped weights, which takes the bias itself, so
     no BiasAdd follows."""
+    if code == "bf16":  # a forced route of the native bf16 kernels (emulated bf16: the f32 rules)
+        require_native("bf16")
     from onednn_convt import lowering
     from onednn_convt.lowering import base, polyphase
 

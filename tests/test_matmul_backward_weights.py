@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 import onednn_convt as oc
 import pytest
-from helpers import Config, assert_close, random_config
+from helpers import Config, assert_close, random_config, require_native
 from onednn_convt.lowering import matmul_backward_weights as mbw
 from onednn_convt.lowering import weights as lowering_weights
 
@@ -42,7 +42,14 @@ def ruled_out_configs(count: int, seed: int) -> list[Config]:
 
 
 @pytest.fixture
-def any_size(monkeypatch):
+def native_bf16():
+    """The MatMul serves native bf16 kernels only: where bf16 is computed in f32, the f32
+    kernels run every problem (test_small_ruled_out_problems_keep_the_f32_kernel's route)."""
+    require_native("bf16", OP)
+
+
+@pytest.fixture
+def any_size(native_bf16, monkeypatch):
     """Every ruled-out problem takes the MatMul, however small."""
     monkeypatch.setattr(mbw, "MIN_MACS", 0)
     monkeypatch.setattr(mbw, "MAX_FRAMES_RATIO", 10**9)
@@ -67,7 +74,7 @@ DCGAN_LIKE = [  # the DCGAN 4x4 -> 8x8 layer, fewer channels: above the size thr
 
 
 @pytest.mark.parametrize("cfg", DCGAN_LIKE, ids=str)
-def test_a_model_layer_takes_it_by_the_rule(cfg):
+def test_a_model_layer_takes_it_by_the_rule(native_bf16, cfg):
     assert mbw.applies(cfg.src_shape, cfg.dst_shape, cfg.kernel, 1, cfg.data_format)
     t = cfg.tensors(np.random.default_rng(4), "bf16")
     op = make_op(cfg)
