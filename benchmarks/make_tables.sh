@@ -54,4 +54,14 @@ $MAKE --repeats $Z/tune_models.json $Z/tune_models_ncx.json $Z/tune_models_nxc.j
     --date 2026-11-26 \
     --note "the models suite (--skip-slow), both halves of the broad suite and the tiny suite, f32 and bf16 (f16 on the tiny suite only: emulated here), on this machine with the polyphase and channels-last lowerings, each configuration tuned twice (each candidate's higher time; bf16 forward and BackwardWeights tuned again, twice, after a polyphase speed-up); the holdout half was added after the rules fitted without it had been checked on it"
 
+# Zen3: an AVX2-only CPU (no AVX-512, no VNNI; bf16 and f16 computed in f32), measured on a
+# real Zen3 once per suite (the models suite twice: tune_models_again), f32 and bf16 on the
+# broad halves, every dtype on the models and tiny suites. The holdout half was kept out while
+# the rules fitted without it were checked on it (benchmarks/NOTES.md).
+Z3=$R/zen3
+$MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.json \
+    $Z3/tune_broad_fit.json $Z3/tune_broad_holdout.json \
+    --date 2026-11-28 \
+    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); the holdout half was added after the rules fitted without it had been checked on it"
+
 $MAKE --default
