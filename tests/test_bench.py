@@ -535,7 +535,8 @@ def step_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The step suite (onednn_convt.torch against torch), a few milliseconds per row."""
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("step")
-    code, stdout, stderr = _bench_main(["bench", "--suite", "step", "--quick", "--budget", "0.01", "--out", str(out)])
+    code, stdout, stderr = _bench_main(["bench", "--suite", "step", "--quick", "--budget", "0.01", "--repeat", "3",
+                                        "--out", str(out)])
     doc = json.loads((out / "step.json").read_text())
     return {"code": code, "out": out, "stdout": stdout, "stderr": stderr, "doc": doc}
 
