@@ -17,7 +17,7 @@ import onednn_convt as oc
 from onednn_convt import Dequantize, PostOp, Quantize, reference
 from onednn_convt.post_ops import INT8_SUM_AFTER_POST_OP, INT8_WITHOUT_VNNI, POST_OPS, library_sum
 
-from helpers import EPS, tolerance
+from helpers import EPS, int8_fuses, tolerance
 
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 ATTRS = dict(strides=2, pads_begin=1, pads_end=1, output_padding=1)
@@ -66,7 +66,7 @@ POSITIVE = ("Log", "Sqrt")
 #: the ISA oneDNN dispatches to here, and whether its int8 kernels have VNNI: without, every
 #: int8 call runs unfused (guard int8_without_vnni: docs/deviations.md)
 ISA = oc.guards.dispatch_isa()
-INT8_FUSES = ISA not in INT8_WITHOUT_VNNI
+INT8_FUSES = int8_fuses()
 
 
 def layout(data_format: str, n: int = 2, c: int = 4, x: int = 5) -> tuple[tuple[int, ...], tuple[int, ...]]:
