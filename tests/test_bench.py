@@ -503,22 +503,28 @@ def test_first_calls_of_a_tuned_and_an_untuned_process(tmp_path, monkeypatch) ->
 
 @pytest.mark.parametrize("op", ["fwd", "bwd_d", "bwd_w"])
 @pytest.mark.parametrize("fmt", ["NCX", "NXC"])
-def test_native_loop_runs_every_phase_of_a_polyphase_plan(op: str, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+def test_native_loop_runs_every_phase_of_a_polyphase_plan(op: str, fmt: str, code: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The native loop of a polyphase plan runs each phase's partition on its views (as
     compiled: a phase writing a strided view of dst gets that view), and says it leaves the
-    fills and sums out."""
+    fills and sums out; in bf16 the polyphase form computed in f32, whose loop runs the f32
+    phases on f32 copies and says so."""
     from onednn_convt import lowering
     from onednn_convt.bench import peers
     from onednn_convt.lowering import base, polyphase
 
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
-                        lowering.candidates(p)[0])
+    name = base.POLYPHASE if code == "f32" else base.POLYPHASE + lowering.IN_F32
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: name if polyphase.fits(p) and p.dtype == code
+                        else lowering.candidates(p)[0])
     layer = suites.Layer("t", 2, 8, 6, (5, 4), (3, 4), 2, 1)
-    case = suites.Config("test", layer, op, "f32", fmt).build()
+    case = suites.Config("test", layer, op, code, fmt).build()
     case.op(*case.args)
     assert case.op.lowering.startswith("Polyphase"), case.op.lowering
+    assert case.op.lowering.endswith(" (f32 emulation)") == (code != "f32"), case.op.lowering
     run, note = peers.native_runner(case)
     assert "phases only" in note
+    assert ("f32 kernels only" in note) == (code != "f32"), note
     calls: list[int] = []
     for plan in case.op.last_plan.plans:
         if plan is not None:  # count the partition runs: each phase's loop runs k times
@@ -532,11 +538,17 @@ def test_native_loop_runs_every_phase_of_a_polyphase_plan(op: str, fmt: str, mon
 
 @pytest.fixture(scope="module")
 def step_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The step suite (onednn_convt.torch against torch), a few milliseconds per row."""
+    """The step suite (onednn_convt.torch against torch), a few milliseconds per row, its
+    DCGAN at batch 2 (the bench's 16: 78 s of this suite on an AMD Zen3, where torch's bf16
+    step alone takes 3.8 s)."""
     pytest.importorskip("torch")
+    from onednn_convt.bench import training_step
+
     out = tmp_path_factory.mktemp("step")
-    code, stdout, stderr = _bench_main(["bench", "--suite", "step", "--quick", "--budget", "0.01", "--repeat", "3",
-                                        "--out", str(out)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(training_step.NETWORKS, "dcgan", (2, *training_step.NETWORKS["dcgan"][1:]))
+        code, stdout, stderr = _bench_main(["bench", "--suite", "step", "--quick", "--budget", "0.01", "--repeat", "3",
+                                            "--out", str(out)])
     doc = json.loads((out / "step.json").read_text())
     return {"code": code, "out": out, "stdout": stdout, "stderr": stderr, "doc": doc}
 
@@ -547,6 +559,7 @@ def test_step_suite_rows_checks_and_targets(step_run: dict) -> None:
     assert step_run["code"] == 0, step_run["stdout"] + step_run["stderr"]
     doc = step_run["doc"]
     steps = {(r["network"], r["dtype"], r["layout"]) for r in doc["results"]}
+    assert {r["batch"] for r in doc["results"] if r["network"] == "dcgan"} == {2}
     assert steps == {(n, d, lay) for n in ("dcgan", "small") for d in ("f32", "bf16") for lay in ("NCHW", "channels_last")}
     for r in doc["results"]:  # gradients checked against the float64 network before timing
         assert r["grad_err"] <= max(training_step.TOLERANCE[r["dtype"]], 2 * r["torch_grad_err"]), r

@@ -129,6 +129,52 @@ def test_polyphase_matches_the_reference(op: str, code: str):
     assert checked >= 60 or (code == "bf16" and (op == "bwd_d" or not bf16_native)), checked
 
 
+@pytest.mark.parametrize("code", ["bf16", "f16"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_w", "bwd_d"])
+def test_polyphase_in_f32_is_the_f32_polyphase_rounded_once(op: str, code: str, monkeypatch):
+    """The polyphase form computed in f32 (a candidate of every strided dilation-1 bf16/f16
+    problem, not of a strict op): its result, allocated and into a NaN-filled out=, is
+    exactly the f32 polyphase result of the inputs widened to f32, rounded once to the dtype
+    (BackwardData's phases summed in f32 before it), and within the dtype's tolerance of the
+    reference; its op says it ran in f32."""
+    rng = np.random.default_rng({"fwd": 11, "bwd_w": 12, "bwd_d": 13}[op] + (0 if code == "bf16" else 20))
+    name = base.POLYPHASE + lowering.IN_F32
+    checked = 0
+    for _ in range(120):
+        call = _random_call(rng, op, code)
+        if call is None:
+            continue
+        instance, arrays, refer, reduction = call
+        problem = instance._problem(arrays, code)
+        assert (name in lowering.candidates(problem)) == polyphase.applies_in_f32(problem)
+        assert name not in lowering.candidates(problem, native=True)
+        if not polyphase.applies_in_f32(problem):
+            continue
+        low = lowering.build(problem, name)
+        assert low.f32_only and low.phases
+        wide = [np.asarray(a, np.float32) if i < 2 or op == "fwd" and a is not None else a for i, a in enumerate(arrays)]
+        f32_problem = instance._problem(wide, "f32")
+        exact = instance._target().plan(lowering.build(f32_problem, base.POLYPHASE), wide, None, "f32").run(wide, None)
+        want = exact.astype(arrays[0].dtype)
+        got = instance._target().plan(low, arrays, None, code).run(arrays, None)
+        out = np.full(want.shape, np.nan, arrays[0].dtype)
+        into = instance._target().plan(low, arrays, out, code).run(arrays, out)
+        assert into is out and got.dtype == out.dtype == arrays[0].dtype
+        for result in (got, into):
+            np.testing.assert_array_equal(result.view(np.uint16), want.view(np.uint16), f"{op} {code} {instance}")
+            assert_close(result, refer(arrays), code, reduction, f"{op} {code} {instance}")
+        checked += 1
+    assert checked >= 40, checked
+    op_ = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
+    dt = oc.dtypes.FLOAT_DTYPES[code]
+    problem = op_._problem([np.ones((1, 8, 4, 4), dt), np.ones((8, 4, 4, 4), dt), None], code)
+    real_rule = lowering.rule
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: name if p.dtype == code else real_rule(p, native=native))
+    op_(np.ones((1, 8, 4, 4), dt), np.ones((8, 4, 4, 4), dt))
+    assert polyphase.applies_in_f32(problem)
+    assert re.fullmatch(r"Polyphase \(4 phases, stride 1: .*\) \(f32 emulation\)", op_.lowering), op_.lowering
+
+
 @pytest.mark.parametrize("code", ["f32", "bf16"])
 @pytest.mark.parametrize("op", ["fwd", "bwd_w", "bwd_d"])
 def test_phases_run_channels_last_where_the_rules_say(op: str, code: str, monkeypatch):

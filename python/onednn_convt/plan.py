@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -164,7 +164,12 @@ class PhasedPlan:
         result is checked for Inf and NaN once, over the whole of dst, rather than per
         phase: a phase's strided view is checked far slower than the dense dst (16 views of
         a 1M-element bf16 dst: 56 ms against 2 ms). Where dst holds one, the phases run
-        again, each checked and redone in f32 where it needs to be (``Plan._guarded``)."""
+        again, each checked and redone in f32 where it needs to be (``Plan._guarded``).
+        An emulated plan (``"Polyphase in f32"``) converts the inputs to f32 once, runs
+        its f32 phases into a fresh dense f32 result and rounds that once into ``out``."""
+        if self.emulated:
+            f32 = [dtypes.to_f32(a) if _low_precision(a) else a for a in arrays]
+            return dtypes.round_f32(self._run_phases(f32, None, guarded=False), self.dtype, out)
         result = self._run_phases(arrays, out, guarded=False)
         if any(p is not None and p.make_fallback is not None for p in self.plans) and \
                 not dtypes.all_finite(result):
@@ -172,7 +177,8 @@ class PhasedPlan:
         return result
 
     def _run_phases(self, arrays: Sequence[Any], out: Optional[np.ndarray], guarded: bool) -> np.ndarray:
-        result = memory.empty(self.lowering.out_shape, self.dtype) if out is None else out
+        compute = np.dtype(np.float32) if self.emulated else self.dtype
+        result = memory.empty(self.lowering.out_shape, compute) if out is None else out
         bias = arrays[2] if self.bias_axis is not None else None
         after = bias is not None and self.lowering.bias_stage
         for phase, plan in zip(self.lowering.phases, self.plans):
@@ -198,7 +204,7 @@ class PhasedPlan:
             else:  # an out= of other strides, or no kernel in this dtype: in f32, rounded
                 added = np.asarray(result, np.float32) + np.reshape(np.asarray(bias, np.float32),
                                                                     self._bias_shape(result))
-                np.copyto(result, added.astype(self.dtype))
+                np.copyto(result, added.astype(compute))
         return result
 
     def _bias_shape(self, result: np.ndarray) -> list[int]:
@@ -290,10 +296,18 @@ def _check_addressable(target: Target, lowering: Lowering) -> None:
 
 def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> PhasedPlan:
     """Each phase's plan, for its views of these arrays and of the result (as ``out``, or
-    as a fresh C-contiguous result is laid out)."""
+    as a fresh C-contiguous result is laid out). A lowering computed in f32 (``f32_only``)
+    of a bf16/f16 call: the f32 plan of f32 copies of the arrays (dense, as
+    :meth:`PhasedPlan.run` makes them) and a fresh f32 result, marked emulated."""
     dtype = dtypes.FLOAT_DTYPES[code]
     if out is not None:
         target.check_out(arrays, out, lowering.out_shape, dtype)
+    if lowering.f32_only and code != "f32":
+        _check_addressable(target, lowering)
+        limits.check_memory(target.op_name, lowering, arrays, out, dtype, emulated=True)
+        # placeholders laid out as run's copies are (zeros: pages untouched until written)
+        f32 = [np.zeros(a.shape, np.float32) if _low_precision(a) else a for a in arrays]
+        return replace(_phased_plan(target, lowering, f32, None, "f32"), dtype=dtype, emulated=True)
     phase_args = [None if phase.lowering is None else [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
                   for phase in lowering.phases]
     if out is None:
@@ -319,6 +333,11 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         if lowering.bias_stage:
             bias_add = _bias_add(target.bias_format, lowering.out_shape, code)
     return PhasedPlan(lowering, dtype, plans, bias_axis, bias_add=bias_add)
+
+
+def _low_precision(a: Any) -> bool:
+    """Whether a call's input is a bf16/f16 array (not None, nor a weights_shape)."""
+    return isinstance(a, np.ndarray) and dtypes.code_of(a.dtype) in ("bf16", "f16")
 
 
 def _bias_add(data_format: str, shape: tuple[int, ...], code: str) -> Any:

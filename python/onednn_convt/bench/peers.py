@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .. import reference
+from .. import dtypes, reference
 from ..plan import writable_as_given
 from .suites import Case, Config
 from .timing import BatchRunner
@@ -38,7 +38,8 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
 
     The op must have been called on ``case.args`` before. A polyphase plan's loop runs each
     phase's partition in turn, on that phase's views of the arrays (phases without taps,
-    filled with zeros or the bias, are left out and the note says so).
+    filled with zeros or the bias, are left out and the note says so; one computed in f32
+    runs its f32 phases on f32 copies made once).
     """
     plan = case.op.last_plan
     if plan is None:
@@ -49,7 +50,10 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
     if not phases:
         return _plan_runner(plan, arrays)
     runners, notes = [], {"phases only (no fills, sums or final BiasAdd)"}
-    result = np.empty(plan.lowering.out_shape, plan.dtype)
+    result = np.empty(plan.lowering.out_shape, np.float32 if plan.emulated else plan.dtype)
+    if plan.emulated:  # the f32 phases on f32 copies
+        arrays = [dtypes.to_f32(a) if isinstance(a, np.ndarray) and a.dtype == plan.dtype else a for a in arrays]
+        notes.add("f32 kernels only (no conversions)")
     for phase, sub in zip(phases, plan.plans):
         if sub is None:
             continue

@@ -8,7 +8,9 @@ package does the rest:
   :mod:`.backward_data`, :mod:`.backward_weights`), leaving out those a guard of
   :mod:`onednn_convt.guards` forbids on this CPU;
 - a strided problem also has its polyphase form (:mod:`.polyphase`: stride-1 ops on strided
-  views), each phase lowered by the rules;
+  views), each phase lowered by the rules; a bf16/f16 one also has it in f32
+  (``"Polyphase in f32"``: the inputs converted once, the f32 phases, the result rounded
+  once), the polyphase form there is where the CPU has no native kernels for the dtype;
 - an NCX problem also has its channels-last form (:mod:`.channels_last`: the NXC problem's
   library op between reorders of the activations), the NXC op chosen by the rules;
 - a bf16/f16 problem also has each library op computed in f32 (``"<name> in f32"``: the
@@ -82,6 +84,8 @@ def _valid(p: Problem, native: bool) -> list[str]:
     names += in_f32
     if polyphase.applies(p):  # its stride-1 phases are kept from every stride guard's kernels too
         names.append(POLYPHASE)
+    if polyphase.applies_in_f32(p) and not native:
+        names.append(POLYPHASE + IN_F32)
     return names
 
 
@@ -107,6 +111,8 @@ def build(p: Problem, name: str) -> Lowering:
     small = rules.single_threaded(p)
     if name == POLYPHASE:  # each phase's stride-1 problem lowered by the rules
         return replace(polyphase.build(p, lambda sub: build(sub, rule(sub, native=True))), single_thread=small)
+    if name == POLYPHASE + IN_F32:  # the f32 problem's phases, its inputs converted once
+        return replace(build(replace(p, dtype="f32"), POLYPHASE), f32_only=True, name=name)
     if name == CHANNELS_LAST:
         q = channels_last.nxc_problem(p)
         inner = _channels_last_inner(q) if channels_last.applies(p) else None

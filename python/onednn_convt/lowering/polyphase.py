@@ -84,16 +84,35 @@ def phases(src: int, kernel: int, stride: int, pads_begin: int, dst: int) -> lis
     return out
 
 
-def applies(p: Problem) -> bool:
-    """Whether ``p`` has the polyphase lowering: a stride above 1, every dilation 1, at most
-    :data:`MAX_PHASES` phases, and a dtype the library runs natively here (f32; bf16 on
-    AVX-512 CPUs): the phases would each convert their inputs otherwise."""
+def fits(p: Problem) -> bool:
+    """Whether ``p``'s geometry has a polyphase form: a stride above 1, every dilation 1, at
+    most :data:`MAX_PHASES` phases (any dtype)."""
     g = p.geometry
-    if all(s == 1 for s in g.strides) or any(d != 1 for d in g.dilations) or math.prod(g.strides) > MAX_PHASES:
+    return not all(s == 1 for s in g.strides) and all(d == 1 for d in g.dilations) and \
+        math.prod(g.strides) <= MAX_PHASES
+
+
+def applies(p: Problem) -> bool:
+    """Whether ``p`` has the polyphase lowering in its own dtype: :func:`fits`, and a dtype
+    the library runs natively here (f32; bf16 on AVX-512 CPUs): the phases would each
+    convert their inputs otherwise. A bf16/f16 problem also has it in f32 wherever it fits
+    (:func:`applies_in_f32`)."""
+    if not fits(p):
         return False
     if p.op == BACKWARD_DATA:  # its phases are summed: in f32 only (bf16 would round each part)
         return p.dtype == "f32"
     return p.dtype == "f32" or (p.dtype == "bf16" and guards.dispatch_isa() in guards.BF16_NATIVE)
+
+
+def applies_in_f32(p: Problem) -> bool:
+    """Whether ``p`` has the polyphase lowering computed in f32: a bf16/f16 problem that
+    :func:`fits`. Its inputs are converted to f32 once, the f32 problem's phases run on
+    them into an f32 result, and that is rounded once (:class:`onednn_convt.plan.PhasedPlan`;
+    BackwardData's phases are summed in f32). Where the library has no native kernel for the
+    dtype (bf16 on AVX2, f16 without AVX512-FP16) this is the polyphase form there is
+    (:func:`onednn_convt.lowering.build` makes it: the f32 problem's lowering, marked
+    ``f32_only``)."""
+    return p.dtype in ("bf16", "f16") and fits(p)
 
 
 def _sub_problem(p: Problem, dims: Sequence[DimPhase], op: str, bias: bool = False) -> Problem:
