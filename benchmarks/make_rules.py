@@ -46,9 +46,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from onednn_convt import guards
 from onednn_convt.bench import suites
 from onednn_convt.lowering import rules_table
-from onednn_convt.lowering.rules import isa_class
+from onednn_convt.lowering.base import POLYPHASE
+from onednn_convt.lowering.rules import ISA_CLASSES, isa_class
 from onednn_convt.problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD
 
 OPS = {"fwd": FORWARD, "bwd_d": BACKWARD_DATA, "bwd_w": BACKWARD_WEIGHTS}
@@ -153,6 +155,17 @@ def class_worst(layers: tuple[rules_table.Measured, ...]) -> dict[rules_table.Ke
     return dict(out)
 
 
+def _cannot_run(table: rules_table.Table, key: rules_table.Key, name: str) -> bool:
+    """Whether ``name`` is no candidate of ``key``'s class on ``table``'s CPU: the polyphase
+    lowering in bf16 runs natively only (:func:`onednn_convt.lowering.polyphase.applies`),
+    so an ISA that computes bf16 in f32 offers "Polyphase in f32" instead."""
+    return name == POLYPHASE and key[1] == "bf16" and table.isa not in BF16_NATIVE_CLASSES
+
+
+#: the measured tables' ISA classes where oneDNN 3.2 runs bf16 natively (guards.BF16_NATIVE)
+BF16_NATIVE_CLASSES = frozenset(c for isa, c in ISA_CLASSES.items() if isa in guards.BF16_NATIVE)
+
+
 def default_rules(tables: list[rules_table.Table], margin: float, min_cpus: int = 2,
                   row_limit: float = 1.10) -> list[dict[str, Any]]:
     """The conservative default's rules (see the module docstring)."""
@@ -166,12 +179,19 @@ def default_rules(tables: list[rules_table.Table], margin: float, min_cpus: int 
         having = [t for t in tables if own in scored[t.name].get(key, {})]
         choice, why = own, "the library's own op"
         if len(having) >= min_cpus and len(having) == sum(key in scored[t.name] for t in tables):
-            rivals = set.intersection(*(set(scored[t.name][key]) for t in having)) - {own}
-            winners = [n for n in sorted(rivals) if not n.endswith(" in f32")
-                       and all(scored[t.name][key][own] >= margin * scored[t.name][key][n]
-                               and worst[t.name].get(key, {}).get(n, math.inf) <= row_limit for t in having)]
+            # a rival is judged on the CPUs that can run it: a CPU where it is no candidate
+            # (the native-bf16 polyphase where bf16 is computed in f32) has no say on it
+            rivals = set.union(*(set(scored[t.name][key]) for t in having)) - {own}
+
+            def judges(n: str) -> list[rules_table.Table]:
+                return [t for t in having if not _cannot_run(t, key, n)]
+
+            winners = [n for n in sorted(rivals) if not n.endswith(" in f32") and len(judges(n)) >= min_cpus
+                       and all(scored[t.name][key].get(n, math.inf) * margin <= scored[t.name][key][own]
+                               and worst[t.name].get(key, {}).get(n, math.inf) <= row_limit for t in judges(n))]
             if winners:
-                choice = min(winners, key=lambda n: max(scored[t.name][key][n] for t in having))
+                choice = min(winners, key=lambda n: max(scored[t.name][key][n] for t in judges(n)))
+                having = judges(choice)
                 why = "won by " + ", ".join(
                     f"{scored[t.name][key][own] / scored[t.name][key][choice]:.2f}x on {t.name}" for t in having)
         out.append({"op": key[0], "dtype": key[1], "data_format": key[2], "shape_class": key[3],

@@ -59,9 +59,14 @@ $MAKE --repeats $Z/tune_models.json $Z/tune_models_ncx.json $Z/tune_models_nxc.j
 # broad halves, every dtype on the models and tiny suites. The holdout half was kept out while
 # the rules fitted without it were checked on it (benchmarks/NOTES.md).
 Z3=$R/zen3
+# The bf16 (broad halves) and bf16/f16 (models) configurations were tuned again, once, when the
+# polyphase lowering computed in f32 became a candidate ("Polyphase in f32"): those runs
+# (*_f32poly) replace the earlier records of the same configurations (--remeasured).
 $MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.json \
     $Z3/tune_broad_fit.json $Z3/tune_broad_holdout.json \
+    --remeasured $Z3/tune_models_f32poly.json --remeasured $Z3/tune_broad_fit_f32poly.json \
+    --remeasured $Z3/tune_broad_holdout_f32poly.json \
     --date 2026-11-28 \
-    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); the holdout half was added after the rules fitted without it had been checked on it"
+    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the holdout half was added after the rules fitted without it had been checked on it"
 
 $MAKE --default

@@ -93,8 +93,10 @@ def test_the_shipped_tables_name_candidates_of_known_classes():
 
 def test_the_default_keeps_the_library_op_unless_a_rival_won_everywhere():
     """The conservative table: the op's own library op in the native dtype, except where one
-    other lowering won by the margin in every native table that has the class, at least
-    ``min_cpus`` of them."""
+    other lowering won by the margin in every native table that has the class and whose CPU
+    can run it (the native-bf16 polyphase is no candidate where bf16 is computed in f32), at
+    least ``min_cpus`` of them; such a choice exists and another CPU measured the class
+    without it."""
     default = rules_table.default()
     assert default is not None
     native = [t for t in rules_table.tables().values() if not t.provenance.get("capped")]
@@ -107,11 +109,15 @@ def test_the_default_keeps_the_library_op_unless_a_rival_won_everywhere():
         own = gen.LIBRARY_OP[key[0]]
         assert not name.endswith(lowering.IN_F32)
         if name != own:
-            having = [scored[t.name][key] for t in native if key in scored[t.name]]
+            judges = [t for t in native if key in scored[t.name] and not gen._cannot_run(t, key, name)]
+            having = [scored[t.name][key] for t in judges]
             assert len(having) >= default.provenance["min_cpus"], (key, name)
             assert all(sc[own] >= margin * sc[name] for sc in having), (key, name)
-            limits = [worst[t.name][key][name] for t in native if key in scored[t.name]]
+            limits = [worst[t.name][key][name] for t in judges]
             assert max(limits) <= default.provenance["row_limit"], (key, name, limits)
+            for t in native:  # a CPU without the rival: only where it cannot run it
+                if key in scored[t.name] and t not in judges:
+                    assert key[1] == "bf16" and name == "Polyphase" and t.isa == "avx2", (key, name, t.name)
 
 
 def test_tables_are_chosen_by_cpu_and_isa(monkeypatch):
@@ -462,3 +468,26 @@ def test_rules_cv_scores_choices_made_without_the_layer(tmp_path):
     assert "3.00  models/dcgan1 ConvTranspose f32 NCX: B (fastest A)" in out
     # the holdout's layer, chosen by both fit layers (dcgan2 the nearer: A), at 4x its fastest
     assert "holdout (chosen by the fit): 1 configurations, chosen over fastest: geomean 4.000" in out
+
+
+def test_a_cpu_that_cannot_run_a_rival_has_no_say_on_it(tmp_path):
+    """The native-bf16 polyphase lowering is no candidate where bf16 is computed in f32 (an
+    AVX2 table offers "Polyphase in f32" instead): such a table neither vetoes it nor counts
+    for it; a table at an ISA that runs it but did not time it (one older than the lowering)
+    still vetoes."""
+    def table(name, isa, ratios):
+        doc = {"format": rules_table.FORMAT, "cpu": name, "cpu_name": name, "isa": isa, "capped": False,
+               "layers": [{"layer": "s/0", "op": "ConvTranspose", "dtype": "bf16", "data_format": "NXC",
+                           "n": 8, "ic": 64, "oc": 64, "groups": 1, "src": [16, 16], "kernel": [4, 4],
+                           "strides": [2, 2], "ratios": ratios}]}
+        (tmp_path / f"{name}-{isa}.json").write_text(json.dumps(doc))
+
+    key = ("ConvTranspose", "bf16", "NXC", "dense")
+    table("a", "avx512_core_bf16", {"ConvTranspose": 2.0, "Polyphase": 1.0})
+    table("b", "avx512_core_bf16", {"ConvTranspose": 1.5, "Polyphase": 1.0})
+    table("z", "avx2", {"ConvTranspose": 1.0, "Polyphase in f32": 1.2})  # bf16 in f32: no native polyphase
+    assert make_rules().main(["--default", "--out", str(tmp_path)]) == 0
+    assert rules_table.read(tmp_path / "default.json").entries[key] == "Polyphase"
+    table("old", "avx512_core_amx", {"ConvTranspose": 1.0, "ConvolutionBackwardData": 1.1})  # could run it, did not time it
+    assert make_rules().main(["--default", "--out", str(tmp_path)]) == 0
+    assert rules_table.read(tmp_path / "default.json").entries[key] == "ConvTranspose"
