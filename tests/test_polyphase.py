@@ -95,20 +95,23 @@ def _random_call(rng: np.random.Generator, op: str, code: str):
     return oc.ConvTransposeBackwardData(**attrs), [dd, w], refer, oc_ // g * int(np.prod(k))
 
 
-def _polyphase_calls(seed: int, op: str, code: str):
-    """Of 200 random calls, those that polyphase can run: (op instance, arrays, reference,
-    reduction length, the polyphase lowering, the reference of other arrays); polyphase is a
-    candidate exactly there."""
+def _polyphase_calls(seed: int, op: str, code: str, in_f32: bool = False, count: int = 200):
+    """Of ``count`` random calls, those that polyphase (``in_f32``: computed in f32) can run:
+    (op instance, arrays, reference, reduction length, the polyphase lowering, the reference
+    of other arrays); it is a candidate exactly there, and never of a strict op in f32."""
+    name = base.POLYPHASE + lowering.IN_F32 if in_f32 else base.POLYPHASE
+    applies = polyphase.applies_in_f32 if in_f32 else polyphase.applies
     rng = np.random.default_rng(seed + (10 if code == "bf16" else 0))
-    for _ in range(200):
+    for _ in range(count):
         call = _random_call(rng, op, code)
         if call is None:
             continue
         instance, arrays, refer, reduction = call
         problem = instance._problem(arrays, code)
-        assert (base.POLYPHASE in lowering.candidates(problem)) == polyphase.applies(problem)
-        if polyphase.applies(problem):
-            yield instance, arrays, refer(arrays), reduction, lowering.build(problem, base.POLYPHASE), refer
+        assert (name in lowering.candidates(problem)) == applies(problem)
+        assert not in_f32 or name not in lowering.candidates(problem, native=True)
+        if applies(problem):
+            yield instance, arrays, refer(arrays), reduction, lowering.build(problem, name), refer
 
 
 @pytest.mark.parametrize("code", ["f32", "bf16"])
@@ -137,20 +140,9 @@ def test_polyphase_in_f32_is_the_f32_polyphase_rounded_once(op: str, code: str, 
     exactly the f32 polyphase result of the inputs widened to f32, rounded once to the dtype
     (BackwardData's phases summed in f32 before it), and within the dtype's tolerance of the
     reference; its op says it ran in f32."""
-    rng = np.random.default_rng({"fwd": 11, "bwd_w": 12, "bwd_d": 13}[op] + (0 if code == "bf16" else 20))
-    name = base.POLYPHASE + lowering.IN_F32
     checked = 0
-    for _ in range(60):
-        call = _random_call(rng, op, code)
-        if call is None:
-            continue
-        instance, arrays, refer, reduction = call
-        problem = instance._problem(arrays, code)
-        assert (name in lowering.candidates(problem)) == polyphase.applies_in_f32(problem)
-        assert name not in lowering.candidates(problem, native=True)
-        if not polyphase.applies_in_f32(problem):
-            continue
-        low = lowering.build(problem, name)
+    seed = {"fwd": 11, "bwd_w": 12, "bwd_d": 13}[op] + (0 if code == "bf16" else 20)
+    for instance, arrays, ref, reduction, low, _ in _polyphase_calls(seed, op, code, in_f32=True, count=60):
         assert low.f32_only and low.phases
         wide = [np.asarray(a, np.float32) if i < 2 or op == "fwd" and a is not None else a for i, a in enumerate(arrays)]
         f32_problem = instance._problem(wide, "f32")
@@ -162,9 +154,10 @@ def test_polyphase_in_f32_is_the_f32_polyphase_rounded_once(op: str, code: str, 
         assert into is out and got.dtype == out.dtype == arrays[0].dtype
         for result in (got, into):
             np.testing.assert_array_equal(result.view(np.uint16), want.view(np.uint16), f"{op} {code} {instance}")
-            assert_close(result, refer(arrays), code, reduction, f"{op} {code} {instance}")
+            assert_close(result, ref, code, reduction, f"{op} {code} {instance}")
         checked += 1
     assert checked >= 20, checked
+    name = base.POLYPHASE + lowering.IN_F32
     op_ = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
     dt = oc.dtypes.FLOAT_DTYPES[code]
     problem = op_._problem([np.ones((1, 8, 4, 4), dt), np.ones((8, 4, 4, 4), dt), None], code)
