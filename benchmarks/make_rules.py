@@ -155,7 +155,7 @@ def class_worst(layers: tuple[rules_table.Measured, ...]) -> dict[rules_table.Ke
     return dict(out)
 
 
-def _cannot_run(table: rules_table.Table, key: rules_table.Key, name: str) -> bool:
+def cannot_run(table: rules_table.Table, key: rules_table.Key, name: str) -> bool:
     """Whether ``name`` is no candidate of ``key``'s class on ``table``'s CPU: the polyphase
     lowering in bf16 runs natively only (:func:`onednn_convt.lowering.polyphase.applies`),
     so an ISA that computes bf16 in f32 offers "Polyphase in f32" instead."""
@@ -184,7 +184,7 @@ def default_rules(tables: list[rules_table.Table], margin: float, min_cpus: int 
             rivals = set.union(*(set(scored[t.name][key]) for t in having)) - {own}
 
             def judges(n: str) -> list[rules_table.Table]:
-                return [t for t in having if not _cannot_run(t, key, n)]
+                return [t for t in having if not cannot_run(t, key, n)]
 
             winners = [n for n in sorted(rivals) if not n.endswith(" in f32") and len(judges(n)) >= min_cpus
                        and all(scored[t.name][key].get(n, math.inf) * margin <= scored[t.name][key][own]

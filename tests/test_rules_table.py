@@ -109,7 +109,7 @@ def test_the_default_keeps_the_library_op_unless_a_rival_won_everywhere():
         own = gen.LIBRARY_OP[key[0]]
         assert not name.endswith(lowering.IN_F32)
         if name != own:
-            judges = [t for t in native if key in scored[t.name] and not gen._cannot_run(t, key, name)]
+            judges = [t for t in native if key in scored[t.name] and not gen.cannot_run(t, key, name)]
             having = [scored[t.name][key] for t in judges]
             assert len(having) >= default.provenance["min_cpus"], (key, name)
             assert all(sc[own] >= margin * sc[name] for sc in having), (key, name)
