@@ -15,7 +15,7 @@ import pytest
 
 import onednn_convt as oc
 from onednn_convt import Dequantize, PostOp, Quantize, reference
-from onednn_convt.post_ops import INT8_SUM_AFTER_POST_OP, INT8_WITHOUT_VNNI, POST_OPS, library_sum
+from onednn_convt.post_ops import INT8_SUM_AFTER_POST_OP, POST_OPS, library_sum
 
 from helpers import EPS, int8_fuses, tolerance
 
@@ -572,7 +572,7 @@ def expected_int8_guard(sum_index: int | None, strided: bool = False) -> str | N
     """The guard that routes an int8 call whose library sum is post-op ``sum_index`` here
     (``strided``: a stride above 1, where a sum runs after the int8 op, when no route that
     leaves the call unfused applies)."""
-    if ISA in INT8_WITHOUT_VNNI:
+    if not INT8_FUSES:
         return "int8_without_vnni"
     if ISA in INT8_SUM_AFTER_POST_OP and (sum_index or 0) > 0:
         return "int8_sum_after_post_op"
