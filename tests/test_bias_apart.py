@@ -1,8 +1,8 @@
 """A forward's bias kept out of the library ops (``lowering.forward.bias_apart``): the core
-adds it to a small f32 result after the op (``"+bias (core)"``), a second partition to a
-larger or low-precision one (``"+BiasAdd: 2 partitions"``); a polyphase call's phases take it
-where the core adds it to each phase's view (a small f32 result), else one BiasAdd follows them
-over dst.
+adds it to a small f32 result after the op (``"+bias (core)"``; a bf16/f16 one computed in
+f32 too), a second partition to a larger or low-precision one (``"+BiasAdd: 2 partitions"``);
+a polyphase call's phases take it where the core adds it to each phase's view (a small f32
+result), else one BiasAdd follows them over dst.
 
 Each path against the float64 reference, planned and then through the C++ executor, into
 fresh and strided (NaN-filled) out= arrays, with biases that are views (every other value,
@@ -72,6 +72,39 @@ def test_a_partition_adds_the_bias_of_larger_or_bf16_results(shape, data_format,
         assert "+BiasAdd: 2 partitions" in op.lowering and op.partitions == 2, op.lowering
 
 
+@pytest.mark.parametrize("code", ["bf16", "f16"])
+@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_core_adds_the_bias_of_a_small_result_computed_in_f32(shape, data_format, code, monkeypatch):
+    """A bf16/f16 forward whose library op computes in f32 (``"<name> in f32"``) is an f32
+    problem to the bias: in a small result the core adds it to the f32 result, which is then
+    rounded once (no BiasAdd partition). Exactly the f32 op of the same name on the widened
+    inputs, rounded once; within tolerance of the reference, into strided out= too."""
+    from onednn_convt import lowering
+
+    rng = np.random.default_rng(9)
+    attrs, x, w, longer = _case(rng, shape, data_format, "f32")
+    dt = oc.dtypes.FLOAT_DTYPES[code]
+    x, w, longer = x.astype(dt), w.astype(dt), longer.astype(dt)
+    problem = oc.ConvTranspose(**attrs)._problem([x, w, longer[:6]], code)
+    names = [n.removesuffix(lowering.IN_F32) for n in lowering.candidates(problem)
+             if n.endswith(lowering.IN_F32)]
+    names = [n for n in names if n in (base.CONV_TRANSPOSE, base.CONVOLUTION_BACKWARD_DATA)]  # bias apart
+    assert names, "no library op computed in f32"
+    real_rule = lowering.rule
+    for name in names:
+        monkeypatch.setattr(lowering, "rule", lambda p, native=False: name + lowering.IN_F32 if p.dtype == code
+                            else name if p.dtype == "f32" else real_rule(p, native=native))
+        for b in (longer[::2], np.ascontiguousarray(longer[:6])):
+            op = oc.ConvTranspose(**attrs)
+            _check(op, attrs, x, w, b, code, 4)
+            assert op.lowering.endswith("+bias (core) (f32 emulation)") and op.partitions == 1, op.lowering
+            f32 = oc.ConvTranspose(**attrs)
+            want = f32(*(np.asarray(a, np.float32) for a in (x, w, b))).astype(dt)
+            assert f32.lowering == name + "+bias (core)", f32.lowering
+            np.testing.assert_array_equal(op(x, w, b).view(np.uint16), want.view(np.uint16), f"{name} {code}")
+
+
 def test_the_choice():
     """Which way each problem goes."""
     op = oc.ConvTranspose(data_format="NCX", weights_format="IOX")
@@ -80,6 +113,7 @@ def test_the_choice():
     assert forward.bias_apart(p) == forward.HOST and base.CONVOLUTION_BACKWARD_DATA in forward.candidates(p)
     assert forward.bias_apart(op._problem([x, w, None], "f32")) is None
     assert forward.bias_apart(op._problem([x, w, b], "bf16")) == forward.STAGE
+    assert forward.bias_apart(op._problem([x, w, b], "bf16"), in_f32=True) == forward.HOST
     big = np.ones((1, 4, 200, 200), np.float32)  # 3 x 202 x 202 > HOST_BIAS_ELEMENTS
     assert forward.bias_apart(op._problem([big, w, b], "f32")) == forward.STAGE
 

@@ -120,7 +120,8 @@ def build(p: Problem, name: str) -> Lowering:
             raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
         return replace(channels_last.build(p, build(q, inner)), single_thread=small)
     if name.endswith(IN_F32):
-        low = _BUILD[p.op](p, name[: -len(IN_F32)])
+        base_name = name[: -len(IN_F32)]
+        low = forward.build(p, base_name, in_f32=True) if p.op == FORWARD else _BUILD[p.op](p, base_name)
         return replace(low, f32_only=True, name=name, single_thread=small)
     low = _BUILD[p.op](p, name)
     return replace(low, single_thread=small) if small else low

@@ -67,11 +67,12 @@ HOST_BIAS_ELEMENTS = 2**16
 HOST, STAGE = "host", "stage"
 
 
-def bias_apart(p: Problem) -> Optional[str]:
+def bias_apart(p: Problem, in_f32: bool = False) -> Optional[str]:
     """How the library ops (ConvTranspose, ConvolutionBackwardData) running ``p`` get its
     bias: ``None``, they take it; :data:`HOST`, they run without it and the core adds it to
     their f32 result (``Lowering.host_bias``); :data:`STAGE`, a second partition (BiasAdd)
-    adds it in dst (``Lowering.bias_stage``).
+    adds it in dst (``Lowering.bias_stage``). ``in_f32``: a bf16/f16 ``p`` whose library op
+    computes in f32 (an ``"... in f32"`` lowering), which counts as f32.
 
     Always apart. Strided, the guard :data:`onednn_convt.guards.STRIDED_DECONVOLUTION_EPILOGUE`
     requires it. With stride 1, oneDNN 3.2's deconvolution with a bias is slow: it runs
@@ -94,7 +95,7 @@ def bias_apart(p: Problem) -> Optional[str]:
     8x64x64x64 depthwise k4 s2 NCX f32, 196 against 15 ms)."""
     if not p.bias:
         return None
-    if p.dtype == "f32" and int(np.prod(p.out_shape)) <= HOST_BIAS_ELEMENTS:
+    if (p.dtype == "f32" or in_f32) and int(np.prod(p.out_shape)) <= HOST_BIAS_ELEMENTS:
         return HOST
     return STAGE
 
@@ -105,8 +106,9 @@ def _flippable(p: Problem) -> bool:
     return all(s == 1 for s in g.strides) and min(begin + end) >= 0
 
 
-def build(p: Problem, name: str) -> Lowering:
-    """The lowering ``name`` (one of :func:`candidates`) of ``p``."""
+def build(p: Problem, name: str, in_f32: bool = False) -> Lowering:
+    """The lowering ``name`` (one of :func:`candidates`) of ``p``; ``in_f32``: its library
+    op computed in f32 (the ``"<name> in f32"`` candidate of a bf16/f16 ``p``)."""
     g = p.geometry
     inputs = (0, 1) if not p.bias else (0, 1, 2)
     guarded = bool(guards.stride_not_below_kernel(p.dtype, p.kernel, g.strides))
@@ -133,7 +135,7 @@ def build(p: Problem, name: str) -> Lowering:
         raise ValueError(f"ConvTranspose: no lowering named {name!r}")
     if bias_guarded(p) and guard is None:
         guard = guards.STRIDED_DECONVOLUTION_EPILOGUE.name
-    apart = bias_apart(p)
+    apart = bias_apart(p, in_f32=in_f32)
     axis = (1 if p.data_format == "NCX" else p.rank + 1) if apart == HOST else None
     return Lowering(name, attrs, inputs, p.out_shape, weights_arg=1, f32_only=guarded, guard=guard, name=name,
                     bias_stage=apart == STAGE, host_bias=axis)
