@@ -1,5 +1,5 @@
-"""The C++ fast path of emulated calls: dense bf16/f16 arrays are converted into per-thread
-f32 staging memory, the f32 partition runs, and the result is rounded back, all in one C++
+"""The C++ fast path of emulated calls: bf16/f16 arrays (dense, or of other strides) are
+converted into per-thread f32 staging memory, the f32 partition runs, and the result is rounded back, all in one C++
 call (src/cpp/staging.hpp).
 
 Its results must be the Python plan's results bit for bit (the same conversions and the
@@ -106,20 +106,59 @@ def test_fast_path_equals_the_python_plan_and_the_reference(op, cfg, code, monke
     assert _core.staging_bytes() > 0
 
 
-def test_other_strides_take_the_python_plan(code, monkeypatch):
-    """A transposed view does not match the dense plan: it is converted by the Python plan,
-    with the same result."""
+def _views(a: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """``a``'s values in memory of other strides: each axis order, every other element of a
+    larger array, and reversed-axis memory (a transposed copy, transposed back)."""
+    views = []
+    for order in ([1, 0, 2, 3], [0, 2, 3, 1], [3, 2, 1, 0], list(rng.permutation(a.ndim))):
+        inverse = np.argsort(order)
+        views.append(np.ascontiguousarray(a.transpose(order)).transpose(inverse))
+    wide = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)
+    wide[..., ::2] = a
+    views.append(wide[..., ::2])
+    return views
+
+
+def test_other_strides_are_converted_as_they_are(code, monkeypatch):
+    """Arrays of other (non-negative) strides, channels-last weights say, run through the
+    executor too: its converter reads them in their memory order into the dense f32 staging,
+    and the result is the dense call's bit for bit; no Python plan runs after the first."""
     cfg = CFGS[0]
-    x, w = (cfg.tensors(np.random.default_rng(12), code)[k] for k in ("src", "weights"))
+    rng = np.random.default_rng(12)
+    x, w, b = (cfg.tensors(rng, code)[k] for k in ("src", "weights", "bias"))
     op = oc.ConvTranspose(**cfg.attrs())
-    expected = op(x, w)
-    view = np.ascontiguousarray(x.swapaxes(0, 1)).swapaxes(0, 1)  # same values, other strides
-    assert not view.flags.c_contiguous
+    expected = op(x, w, b)
     runs = no_python_plan(monkeypatch)
-    got = [op(view, w), op(view, w)]
-    assert len(runs) == 2
-    for g in got:
-        np.testing.assert_array_equal(g.view(np.uint16), expected.view(np.uint16))
+    for xv, wv in zip(_views(x, rng), _views(w, rng)):
+        assert not (xv.flags.c_contiguous or wv.flags.c_contiguous)
+        for args in ((xv, w, b), (x, wv, b), (xv, wv, b)):
+            planned = len(runs)
+            got = [op(*args), op(*args), op(*args, out=np.full(expected.shape, np.nan, expected.dtype))]
+            assert op.last_plan.executor is not None
+            assert len(runs) <= planned + 1, "a repeated strided call took the Python plan"
+            for g in got:
+                np.testing.assert_array_equal(g.view(np.uint16), expected.view(np.uint16))
+
+
+@pytest.mark.parametrize("kind", ["large", "broadcast"])
+def test_strided_conversion_of_large_and_broadcast_arrays(code, kind, monkeypatch):
+    """The converter's parallel rows (Fortran-order weights past its threshold) and a
+    broadcast src (a stride of 0): the result is that of dense copies, bit for bit."""
+    rng = np.random.default_rng(3)
+    dtype = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}[code]
+    ic, oc_ = (280, 250) if kind == "large" else (4, 3)
+    x = rng.standard_normal((2, ic, 3, 3)).astype(dtype)
+    w = rng.standard_normal((ic, oc_, 1, 2)).astype(dtype)
+    if kind == "large":  # 140,000 elements
+        xv, wv = x, np.asfortranarray(w)
+    else:
+        xv, wv = np.broadcast_to(x[:, :, :1], x.shape), w
+    op = oc.ConvTranspose(data_format="NCX", weights_format="IOX")
+    expected = op(np.ascontiguousarray(xv), np.ascontiguousarray(wv))
+    runs = no_python_plan(monkeypatch)
+    for _ in range(3):
+        np.testing.assert_array_equal(op(xv, wv).view(np.uint16), expected.view(np.uint16))
+    assert op.last_plan.executor is not None and len(runs) <= 1
 
 
 def test_threads_have_their_own_staging(code):
@@ -189,6 +228,12 @@ def test_executor_refuses_a_wrong_emulation():
                            ([f16, bf16], f16, "f16")):
         with pytest.raises(ValueError, match="emulation needs"):
             _core.Executor(compiled, ins, out, "", [], code)
+    for strides, message in (([[1, 1, 1]], "one call_strides entry"), ([[1, 1], []], "one stride per dim"),
+                             ([[-3, 1, 1], []], "not be negative")):
+        with pytest.raises(ValueError, match=message):
+            _core.Executor(compiled, [f16, f16], f16, "", [], "f16", call_strides=strides)
+    with pytest.raises(ValueError, match="call_strides needs emulated"):
+        _core.Executor(compiled, [f32, f32], f32, call_strides=[[15, 3, 1], []])
     ok = _core.Executor(compiled, [f16, f16], f16, "", [], "f16")
     got = ok.run((x.astype(f16), w.astype(f16)), None)
     np.testing.assert_array_equal(got.astype(np.float32), op(x, w))

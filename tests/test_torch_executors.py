@@ -186,6 +186,36 @@ def test_weight_gradient_of_mixed_layouts(monkeypatch):
     assert spy.calls == first, "later calls took the op's path"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_channels_last_weights_run_the_executor(monkeypatch, dtype):
+    """channels_last weights (``model.to(memory_format=torch.channels_last)`` makes them so)
+    with NCHW activations, where bf16/f16 compute in f32: the executor converts the weights
+    from their strides, so later steps take no op path; against torch in float64."""
+    spy = Spy(monkeypatch)
+    m = oct.ConvTranspose2d(4, 3, 3, stride=2, padding=1).to(dtype)
+    ref = torch.nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1).double()
+    ref.load_state_dict(m.state_dict())
+    m.weight.data = m.weight.data.contiguous(memory_format=torch.channels_last)
+    assert not m.weight.is_contiguous()
+    for seed in range(3):
+        x, _ = _pair(seed)
+        x = x.to(dtype).requires_grad_()
+        x64 = x.detach().double().requires_grad_()
+        y, want = m(x), ref(x64)
+        g = torch.randn(y.shape, generator=torch.Generator().manual_seed(20 + seed)).to(dtype)
+        y.backward(g)
+        want.backward(g.double())
+        code = CODES[dtype]
+        assert_close(y.detach().float().numpy(), want.detach().numpy(), code, 4 * 9, "dst")
+        assert_close(x.grad.float().numpy(), x64.grad.numpy(), code, 3 * 9, "diff_src")
+        assert_close(m.weight.grad.float().numpy(), ref.weight.grad.numpy(), code, 2 * 100, "diff_weights")
+        m.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        if seed == 0:
+            first = spy.calls
+    assert spy.calls == first, "later calls took the op's path"
+
+
 def test_non_finite_bf16_input_after_the_executor():
     """A bf16 result holding an Inf or NaN is redone in f32 (onednn_convt.plan.Plan._guarded), on the
     executor's path too: each finite output equals the one computed from finite inputs."""

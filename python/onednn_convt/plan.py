@@ -398,17 +398,24 @@ def compile_lowering(
         # the executor takes the call's arrays, so it is told the library's order of them
         plan.executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
     elif emulated and native.fast_conversion and as_called and lowering.finish is None:
-        # C++ converts dense bf16/f16 arrays into per-thread f32 staging memory, runs the
-        # f32 op and rounds back: no Python and no fresh f32 buffers per call. Arrays
-        # with other strides, and the out= arrays this cannot match, take plan.run.
+        # C++ converts the bf16/f16 arrays, of any non-negative strides (channels-last
+        # weights), into per-thread f32 staging memory, runs the f32 op and rounds back:
+        # no Python and no fresh f32 buffers per call. The out= arrays this cannot match
+        # (not C-contiguous) take plan.run.
         call_arrays = [arrays[i] for i in lowering.inputs]
-        if all(a.flags.c_contiguous and a.flags.aligned for a in call_arrays) and (
-            out is None or out.flags.c_contiguous
-        ):
+        if all(_convertible(a) for a in call_arrays) and (out is None or out.flags.c_contiguous):
+            strides = [[] if a.flags.c_contiguous else [s // a.itemsize for s in a.strides] for a in call_arrays]
             plan.executor = native.Executor(
-                compiled, [dtype] * len(args), dtype, "", list(lowering.inputs), dtypes.resolve(dtype)
+                compiled, [dtype] * len(args), dtype, "", list(lowering.inputs), dtypes.resolve(dtype),
+                call_strides=strides if any(strides) else [],
             )
     return plan
+
+
+def _convertible(a: np.ndarray) -> bool:
+    """Whether the executor's converter reads ``a`` as it is: aligned, every stride a
+    non-negative multiple of the item size."""
+    return bool(a.flags.aligned) and all(s >= 0 and s % a.itemsize == 0 for s in a.strides)
 
 
 def native_support(kind: str, code: str) -> Optional[bool]:

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -30,6 +31,15 @@ AVX2_F16C void f32_to_f16(const float *in, uint16_t *out, size_t n) {
         _mm_storeu_si128(reinterpret_cast<__m128i *>(out + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+AVX2_F16C float f16_value(uint16_t h) { return _cvtsh_ss(h); }
+
+float bf16_value(uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
 }
 
 void bf16_to_f32(const uint16_t *in, float *out, size_t n) {
@@ -107,6 +117,67 @@ void low_to_f32(const uint16_t *in, float *out, size_t n, LowType low) {
 void f32_to_low(const float *in, uint16_t *out, size_t n, LowType low) {
     auto convert = low == LowType::f16 ? f32_to_f16 : f32_to_bf16;
     for_chunks(n, [&](size_t b, size_t e) { convert(in + b, out + b, e - b); });
+}
+
+void low_to_f32_strided(const uint16_t *in, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides,
+                        float *out, LowType low) {
+    const size_t nd = shape.size();
+    std::vector<int64_t> dense(nd);
+    int64_t n = 1;
+    for (size_t i = nd; i-- > 0;) {
+        dense[i] = n;
+        n *= shape[i];
+    }
+    if (n == 0) return;
+    auto convert = low == LowType::f16 ? f16_to_f32 : bf16_to_f32;
+    auto value = low == LowType::f16 ? f16_value : bf16_value;
+    // the dims of more than one element in the array's memory order, the innermost last
+    std::vector<size_t> dims;
+    for (size_t i = 0; i < nd; ++i)
+        if (shape[i] > 1) dims.push_back(i);
+    if (dims.empty()) {
+        *out = value(*in);
+        return;
+    }
+    std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+    const size_t inner = dims.back();
+    dims.pop_back();
+    const int64_t len = shape[inner], step_in = strides[inner], step_out = dense[inner];
+    const int64_t rows = n / len;
+    // one row of the innermost dim: contiguous in memory, read by the vector converter
+    auto row = [&](int64_t r, float *scratch) {
+        int64_t from = 0, to = 0;
+        for (size_t k = dims.size(); k-- > 0;) {
+            const size_t d = dims[k];
+            const int64_t i = r % shape[d];
+            r /= shape[d];
+            from += i * strides[d];
+            to += i * dense[d];
+        }
+        const uint16_t *src = in + from;
+        float *dst = out + to;
+        if (step_in == 1 && step_out == 1) {
+            convert(src, dst, static_cast<size_t>(len));
+        } else if (step_in == 1) {
+            convert(src, scratch, static_cast<size_t>(len));
+            for (int64_t j = 0; j < len; ++j) dst[j * step_out] = scratch[j];
+        } else {
+            for (int64_t j = 0; j < len; ++j) dst[j * step_out] = value(src[j * step_in]);
+        }
+    };
+#ifdef _OPENMP
+    if (static_cast<size_t>(n) >= kParallelFrom && rows > 1) {
+#pragma omp parallel
+        {
+            std::vector<float> scratch(static_cast<size_t>(len));
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < rows; ++r) row(r, scratch.data());
+        }
+        return;
+    }
+#endif
+    std::vector<float> scratch(static_cast<size_t>(len));
+    for (int64_t r = 0; r < rows; ++r) row(r, scratch.data());
 }
 
 bool convert(const py::array &src, const std::string &src_code, py::array &dst,

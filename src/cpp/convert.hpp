@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace onednn_convt {
 
@@ -23,6 +24,13 @@ bool fast_conversion();
 // 16-bit type. Large n runs on the OpenMP threads. Needs fast_conversion(); no GIL.
 void low_to_f32(const uint16_t *in, float *out, size_t n, LowType low);
 void f32_to_low(const float *in, uint16_t *out, size_t n, LowType low);
+
+// The elements of a 16-bit array of `shape` and `strides` (in elements, none negative)
+// into dense (C-order) f32 at out, read in the array's memory order (its largest stride
+// first): a channels-last array costs what a dense one does. Large arrays run on the
+// OpenMP threads. Needs fast_conversion(); no GIL.
+void low_to_f32_strided(const uint16_t *in, const std::vector<int64_t> &shape, const std::vector<int64_t> &strides,
+                        float *out, LowType low);
 
 // Converts src into dst (same element count, both C-contiguous). Returns false, touching
 // nothing, when the CPU lacks AVX2/F16C. Throws std::invalid_argument on bad arguments.

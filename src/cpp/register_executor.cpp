@@ -30,8 +30,9 @@ struct SignatureMismatch : std::exception {
 // SignatureMismatch after the run, so that the Python layer redoes the call its own way
 // (oneDNN 3.2's native low-precision kernels spread non-finite values; see ops.py).
 // With emulated set ("bf16"/"f16"), the compiled op is the f32 one of an emulated plan
-// (dense inputs and output): the call's dense bf16/f16 arrays are converted into the
-// thread's staging memory, run in f32 and the result rounded into the output.
+// (dense inputs and output): the call's bf16/f16 arrays are converted into the thread's
+// staging memory, run in f32 and the result rounded into the output. An input may have
+// other strides there (`call_strides`, channels-last weights say): the conversion reads them.
 struct Executor {
     PyCompiledOp compiled;
     std::vector<py::dtype> input_dtypes;
@@ -42,6 +43,9 @@ struct Executor {
     bool dense_output;  // whether an output it allocates (C order) matches the compiled one
     std::string finite_code;
     std::string emulated;  // "", or the call's dtype code when the op runs in f32
+    // emulated: per library input, the call array's strides (in elements) where they are not
+    // the dense ones of the compiled f32 input; empty where they are
+    std::vector<std::vector<int64_t>> call_strides;
     // emulated: element counts of the inputs and the output, and their offsets (in floats,
     // 64-byte aligned) in the staging memory, which holds `staged_total` floats
     std::vector<size_t> staged_sizes, staged_offsets;
@@ -69,14 +73,22 @@ struct Executor {
         return true;
     }
 
-    static bool matches(const py::handle &h, const py::dtype &dtype, const TensorDesc &d) {
+    // Whether h is an array of dtype, d's shape and `strides` (in elements), aligned.
+    static bool matches(const py::handle &h, const py::dtype &dtype, const TensorDesc &d,
+                        const std::vector<int64_t> &strides) {
         if (!py::isinstance<py::array>(h)) return false;
         auto a = py::reinterpret_borrow<py::array>(h);
         if (static_cast<size_t>(a.ndim()) != d.shape.size() || !a.dtype().equal(dtype)) return false;
         const auto item = a.itemsize();
         for (size_t i = 0; i < d.shape.size(); ++i)  // (a size-1 dim's stride addresses nothing)
-            if (a.shape(i) != d.shape[i] || (d.shape[i] != 1 && a.strides(i) != d.strides[i] * item)) return false;
+            if (a.shape(i) != d.shape[i] || (d.shape[i] != 1 && a.strides(i) != strides[i] * item)) return false;
         return reinterpret_cast<uintptr_t>(a.data()) % item == 0;
+    }
+
+    // The strides (in elements) the call's array for library input i has.
+    const std::vector<int64_t> &input_strides(size_t i) const {
+        if (i < call_strides.size() && !call_strides[i].empty()) return call_strides[i];
+        return compiled.op->spec().inputs[i].strides;
     }
 
     static std::pair<uintptr_t, uintptr_t> extent(const py::array &a) {
@@ -93,7 +105,7 @@ struct Executor {
         std::vector<void *> ptrs(order.size());
         for (size_t i = 0; i < order.size(); ++i) {
             const auto h = inputs[order[i]];
-            if (!matches(h, input_dtypes[i], spec.inputs[i])) throw SignatureMismatch();
+            if (!matches(h, input_dtypes[i], spec.inputs[i], input_strides(i))) throw SignatureMismatch();
             ptrs[i] = const_cast<void *>(py::reinterpret_borrow<py::array>(h).data());
         }
         py::array result;
@@ -101,7 +113,7 @@ struct Executor {
             if (!dense_output) throw SignatureMismatch();
             result = host_array(output_dtype, {spec.output.shape.begin(), spec.output.shape.end()});
         } else {
-            if (!matches(out, output_dtype, spec.output)) throw SignatureMismatch();
+            if (!matches(out, output_dtype, spec.output, spec.output.strides)) throw SignatureMismatch();
             result = py::reinterpret_borrow<py::array>(out);
             if (!result.writeable()) throw SignatureMismatch();
             auto [lo, hi] = extent(result);
@@ -160,6 +172,7 @@ struct Executor {
     // Converts the inputs (at ptrs) to f32, runs the f32 op and rounds into dst (dense).
     void run_emulated(const std::vector<void *> &ptrs, uint16_t *dst) const {
         const LowType type = emulated == "f16" ? LowType::f16 : LowType::bf16;
+        const auto &spec = compiled.op->spec();
         const auto &sizes = staged_sizes, &offsets = staged_offsets;
         without_gil([&] {
             Staging &staging = Staging::local();
@@ -167,7 +180,11 @@ struct Executor {
             std::vector<void *> f32(ptrs.size());
             for (size_t i = 0; i < ptrs.size(); ++i) {
                 f32[i] = base + offsets[i];
-                low_to_f32(static_cast<const uint16_t *>(ptrs[i]), base + offsets[i], sizes[i], type);
+                const auto *low = static_cast<const uint16_t *>(ptrs[i]);
+                if (i < call_strides.size() && !call_strides[i].empty())
+                    low_to_f32_strided(low, spec.inputs[i].shape, call_strides[i], base + offsets[i], type);
+                else
+                    low_to_f32(low, base + offsets[i], sizes[i], type);
             }
             float *out = base + offsets.back();
             try {
@@ -189,7 +206,7 @@ void register_executor(py::module_ &m) {
     py::class_<Executor>(m, "Executor")
             .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out,
                              std::string finite_code, std::vector<size_t> order, std::string emulated,
-                             size_t call_size) {
+                             size_t call_size, std::vector<std::vector<int64_t>> call_strides) {
                      const auto &spec = c.op->spec();
                      if (in.size() != spec.inputs.size())
                          throw std::invalid_argument("Executor: one dtype per input expected");
@@ -225,7 +242,18 @@ void register_executor(py::module_ &m) {
                                   of_type(in[i]);
                          if (!ok)
                              throw std::invalid_argument("Executor: emulation needs a dense f32 op and 16-bit arrays");
+                         if (!call_strides.empty() && call_strides.size() != in.size())
+                             throw std::invalid_argument("Executor: one call_strides entry per input expected");
+                         for (size_t i = 0; i < call_strides.size(); ++i) {
+                             const auto &st = call_strides[i];
+                             if (!st.empty() && st.size() != spec.inputs[i].shape.size())
+                                 throw std::invalid_argument("Executor: call_strides must have one stride per dim");
+                             for (auto x : st)
+                                 if (x < 0) throw std::invalid_argument("Executor: call_strides must not be negative");
+                         }
                      } else {
+                         if (!call_strides.empty())
+                             throw std::invalid_argument("Executor: call_strides needs emulated");
                          // the item sizes must be the compiled ones: the pointers go to oneDNN as is
                          for (size_t i = 0; i < in.size(); ++i)
                              if (static_cast<size_t>(in[i].itemsize()) != itemsize_of(spec.inputs[i].dtype))
@@ -237,13 +265,15 @@ void register_executor(py::module_ &m) {
                          (!dense || (finite_code != "bf16" && finite_code != "f16") || out.itemsize() != 2))
                          throw std::invalid_argument("Executor: finite_code needs a dense bf16 or f16 output");
                      Executor e{c, std::move(in), std::move(order), call_size, std::move(unused), std::move(out),
-                                dense, std::move(finite_code), std::move(emulated), {}, {}, 0};
+                                dense, std::move(finite_code), std::move(emulated), std::move(call_strides),
+                                {}, {}, 0};
                      if (!e.emulated.empty()) e.plan_staging();
                      return e;
                  }),
                  py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"),
                  py::arg("finite_code") = "", py::arg("order") = std::vector<size_t>{},
-                 py::arg("emulated") = "", py::arg("call_size") = 0)
+                 py::arg("emulated") = "", py::arg("call_size") = 0,
+                 py::arg("call_strides") = std::vector<std::vector<int64_t>>{})
             .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
                  "Run on arrays matching the plan exactly, else raise SignatureMismatch.")
             .def("run_pointers", &Executor::run_pointers, py::arg("inputs"), py::arg("out"),
