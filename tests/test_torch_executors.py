@@ -88,7 +88,34 @@ def test_inference_calls_need_no_function(monkeypatch):
     want = F.conv_transpose2d(x.double(), m.weight.double(), m.bias.double(), 2)
     assert_close(y.numpy(), want.detach().numpy(), "f32", 36)
     m(x).sum().backward()
-    assert applied[0] is oct._Forward
+    assert applied == [oct._Forward]
+
+
+def test_backward_runs_the_ops_without_functions(monkeypatch):
+    """A backward pass (grad mode off) computes its gradients with the ops directly: only
+    the forward's Function is applied; with ``create_graph=True`` the gradients' ops are
+    recorded (Functions), and the second-order gradient is torch's."""
+    applied = []
+    original = oct._apply
+    monkeypatch.setattr(oct, "_apply", lambda *a: applied.append(a[0]) or original(*a))
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 4, 5, 5, generator=gen, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, generator=gen, requires_grad=True)
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    y, want = oct.conv_transpose2d(x, w, None, 2), F.conv_transpose2d(x64, w64, None, 2)
+    g = torch.randn(y.shape, generator=gen)
+    gx, gw = torch.autograd.grad(y, (x, w), g)
+    gx64, gw64 = torch.autograd.grad(want, (x64, w64), g.double())
+    assert applied == [oct._Forward]
+    assert_close(gx.numpy(), gx64.numpy(), "f32", 27)
+    assert_close(gw.numpy(), gw64.numpy(), "f32", 2 * 25)
+    applied.clear()
+    (gx,) = torch.autograd.grad((oct.conv_transpose2d(x, w, None, 2) ** 2).sum(), x, create_graph=True)
+    (gx64,) = torch.autograd.grad((F.conv_transpose2d(x64, w64, None, 2) ** 2).sum(), x64, create_graph=True)
+    assert oct._BackwardData in applied
+    (ww,) = torch.autograd.grad(gx.sum(), w)
+    (ww64,) = torch.autograd.grad(gx64.sum(), w64)
+    assert_close(ww.numpy(), ww64.numpy(), "f32", 2 * 25 * 27)
 
 
 def _escaped(shape: tuple[int, ...]) -> Any:

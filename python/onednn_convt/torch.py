@@ -215,19 +215,38 @@ class _Calls:
         if self.traced:
             out: Tensor = conv_transpose_op(x, w, bias, *self.geometry.lists())
             return out
+        if not _records(x, w, bias):
+            return run(ConvTranspose, self.geometry, x, w, bias)
         return _apply(_Forward, x, w, bias, self.geometry)
 
     def bd(self, g: Tensor, w: Tensor) -> Tensor:
         if self.traced:
             out: Tensor = backward_data_op(g, w, *self.geometry.lists())
             return out
+        if not _records(g, w):
+            return run(ConvTransposeBackwardData, self.geometry, g, w)
         return _apply(_BackwardData, g, w, self.geometry)
 
     def bw(self, x: Tensor, g: Tensor, shape: Sequence[int]) -> Tensor:
         if self.traced:
             out: Tensor = backward_weights_op(x, g, list(shape), *self.geometry.lists())
             return out
+        if not _records(x, g):
+            return run(ConvTransposeBackwardWeights, self.geometry, x, g, weights_shape=tuple(shape))
         return _apply(_BackwardWeights, x, g, self.geometry, tuple(shape))
+
+
+def _records(first: Tensor, second: Tensor, third: Optional[Tensor] = None) -> bool:
+    """Whether a call of an op on these tensors goes through its autograd Function: a
+    gradient to record (grad mode on and an input that requires one), or what only the
+    Function handles though nothing requires a gradient: a forward-mode AD level (dual
+    tensors, torch.func.jvp) or a torch.func transform (vmap, grad...). Otherwise the op
+    runs directly (:func:`~onednn_convt.torch_run.run`): a backward pass (grad mode off,
+    unless ``create_graph``) computes its gradients so, saving two autograd Functions'
+    work per layer (about 10 us each, AMD Zen3)."""
+    return (torch.is_grad_enabled() and (first.requires_grad or second.requires_grad
+                                         or (third is not None and third.requires_grad))
+            or forward_ad._current_level >= 0 or _TRANSFORMS_ACTIVE())
 
 
 # The gradients of each op, from its saved inputs (ctx.saved_tensors) and ctx.needs_input_grad:
@@ -469,12 +488,7 @@ def _conv_transpose(
     if compiling:
         traced: Tensor = conv_transpose_op(input, weight, bias, *geometry.lists())
         return traced
-    if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
-                                    or (bias is not None and bias.requires_grad)) \
-            or forward_ad._current_level >= 0 or _TRANSFORMS_ACTIVE():
-        # a gradient to record, or what only the Function handles though nothing requires a
-        # gradient: a forward-mode AD level (dual tensors, torch.func.jvp) or a torch.func
-        # transform (vmap, grad...)
+    if _records(input, weight, bias):
         return _apply(_Forward, input, weight, bias, geometry)
     return run(ConvTranspose, geometry, input, weight, bias)  # nothing to record: no Function
 
