@@ -243,6 +243,38 @@ def test_channels_last_weights_run_the_executor(monkeypatch, dtype):
     assert spy.calls == first, "later calls took the op's path"
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "channels_last"])
+def test_a_reshaping_matmul_runs_the_executor(monkeypatch, layout):
+    """DCGAN's z layer (N, C, 1, 1) -> k4: one MatMul over views of the call's memory whose
+    result is dst's memory in another shape (``Plan.pointer_executor``). Its later calls run
+    the executor on the addresses, on fresh tensors each time; against torch in float64."""
+    from onednn_convt import lowering
+    from onednn_convt.lowering import base
+    from onednn_convt.problem import FORWARD
+
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.TILES if p.op == FORWARD
+                        else lowering.rules.fallback(p))
+    spy = Spy(monkeypatch)
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    m = oct.ConvTranspose2d(16, 32, 4, bias=False).to(memory_format=fmt)
+    ref = torch.nn.ConvTranspose2d(16, 32, 4, bias=False).double()
+    ref.load_state_dict(m.state_dict())
+    first = None
+    for seed in range(3):
+        z = torch.randn(8, 16, 1, 1, generator=torch.Generator().manual_seed(seed)).to(memory_format=fmt)
+        with torch.no_grad():
+            y = m(z)
+        want = ref(z.double())
+        assert y.is_contiguous(memory_format=fmt)
+        assert_close(y.numpy(), want.detach().numpy(), "f32", 16)
+        first = spy.calls if first is None else first
+    assert spy.calls == first == 1, "later calls took the op's path"
+    key = next(k for k, v in torch_run._FAST.items() if k[0] is oct.ConvTranspose and k[3] == (8, 16, 1, 1)
+               and k[4] == tuple(z.stride()))
+    plan_executor = torch_run._FAST[key].executor
+    assert list(plan_executor.output_shape) != [8, 32, 4, 4]  # the library's shape: reshaped
+
+
 def test_non_finite_bf16_input_after_the_executor():
     """A bf16 result holding an Inf or NaN is redone in f32 (onednn_convt.plan.Plan._guarded), on the
     executor's path too: each finite output equals the one computed from finite inputs."""

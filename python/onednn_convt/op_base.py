@@ -191,7 +191,9 @@ class Op:
         with no executor. For :mod:`onednn_convt.torch_run`, which keeps it per signature
         of its own and runs it on tensors' addresses (``Executor.run_pointers``)."""
         plan = self._plans.get(self._signature(arrays, None))
-        return None if plan is None else plan.executor
+        if plan is None:
+            return None
+        return plan.executor if plan.executor is not None else getattr(plan, "pointer_executor", None)
 
     def _as_array(self, name: str, x: Any) -> Any:
         if isinstance(x, np.ndarray):

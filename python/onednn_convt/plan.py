@@ -69,6 +69,11 @@ class Plan:
     #: the C++ fast path for arrays that match this plan exactly (direct plans whose inputs
     #: go to the library as given, and emulated plans of dense arrays: no prepare step)
     executor: Any = None
+    #: a C++ executor for the address path only (``Executor.run_pointers``, which
+    #: :mod:`onednn_convt.torch_run` calls): the library reads views of the call's own memory
+    #: (a prepare step of reshapes and transposes) and writes the dense result's memory in
+    #: another shape (``library_shape``), so that arrays never match it but addresses do
+    pointer_executor: Any = None
     #: native bf16/f16 plans: makes the f32-emulated plan that redoes a call whose result
     #: holds an Inf or NaN (see _guarded)
     make_fallback: Optional[Callable[[Sequence[Any]], Plan]] = None
@@ -397,6 +402,10 @@ def compile_lowering(
         # with a guard the executor checks the result for Inf/NaN too (a dense one only)
         # the executor takes the call's arrays, so it is told the library's order of them
         plan.executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
+    elif plan.direct and not plan.fixers and lowering.prepare is not None and _views_of_the_call(arrays, lowering, args) \
+            and out_desc[1] == shapes.dense_strides(shape):
+        # DCGAN's z layer (1x1 -> 4x4) as one MatMul over the call's memory, reshaped
+        plan.pointer_executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
     elif emulated and native.fast_conversion and as_called and lowering.finish is None:
         # C++ converts the bf16/f16 arrays, of any non-negative strides (channels-last
         # weights), into per-thread f32 staging memory, runs the f32 op and rounds back:
@@ -410,6 +419,14 @@ def compile_lowering(
                 call_strides=strides if any(strides) else [],
             )
     return plan
+
+
+def _views_of_the_call(arrays: Sequence[Any], lowering: Lowering, args: Sequence[Any]) -> bool:
+    """Whether each prepared library input starts at its call array's address: a view of
+    it (a copy lives elsewhere), made so for any arrays of the same shapes and strides."""
+    return len(args) == len(lowering.inputs) and all(
+        isinstance(a, np.ndarray) and isinstance(arrays[i], np.ndarray) and a.ctypes.data == arrays[i].ctypes.data
+        for a, i in zip(args, lowering.inputs))
 
 
 def _convertible(a: np.ndarray) -> bool:

@@ -17,6 +17,7 @@ Imported by :mod:`onednn_convt.torch` only: it imports torch.
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 from typing import Any, Optional, Sequence, Union
 
@@ -304,8 +305,10 @@ def _run_op(cls: Any, geometry: Geometry, activation: Tensor, second: Tensor, bi
         result = from_nxc(result)
     executor = op.executor_for(arrays)
     fast = None
+    # the executor writes its output dense: the result's memory where that is dense and as
+    # large (a plan's pointer_executor writes it in the library's shape)
     if executor is not None and executor.dense_output and array.flags.c_contiguous and result.dtype == activation.dtype and \
-            tuple(executor.output_shape) == array.shape and all(_same_memory(t, a) for t, a in zip(args, arrays)):
+            math.prod(executor.output_shape) == array.size and all(_same_memory(t, a) for t, a in zip(args, arrays)):
         strides = tuple(second.stride()) if relayout is not None else ()
         fast = _Fast(executor, tuple(result.shape), tuple(result.stride()), relayout, strides)
     return result, fast
