@@ -27,9 +27,12 @@ F = torch.nn.functional
 
 
 class Spy:
-    """Counts the calls that took the op's path (the first of each signature)."""
+    """Counts the calls that took the op's path (the first of each signature), from a start
+    with no executor and no op object of an earlier test (whose signatures it would miss)."""
 
     def __init__(self, monkeypatch: Any) -> None:
+        monkeypatch.setattr(torch_run, "_FAST", {})
+        torch_run._op.cache_clear()
         self.calls = 0
         original = torch_run._run_op
 
