@@ -1,6 +1,6 @@
 """The C++ fast path of emulated calls: bf16/f16 arrays (dense, or of other strides) are
-converted into per-thread f32 staging memory, the f32 partition runs, and the result is rounded back, all in one C++
-call (src/cpp/staging.hpp).
+converted into per-thread f32 staging memory, the f32 partition runs, and the result is
+rounded back, all in one C++ call (src/cpp/staging.hpp).
 
 Its results must be the Python plan's results bit for bit (the same conversions and the
 same partition) and match the float64 reference; each thread must have its own staging
