@@ -416,7 +416,7 @@ def compile_lowering(
             strides = [[] if a.flags.c_contiguous else [s // a.itemsize for s in a.strides] for a in call_arrays]
             plan.executor = native.Executor(
                 compiled, [dtype] * len(args), dtype, "", list(lowering.inputs), dtypes.resolve(dtype),
-                call_strides=strides if any(strides) else [],
+                call_strides=strides,
             )
     return plan
 

@@ -85,10 +85,12 @@ struct Executor {
         return reinterpret_cast<uintptr_t>(a.data()) % item == 0;
     }
 
+    // Whether the call's array for library input i has other strides than the compiled one.
+    bool strided(size_t i) const { return i < call_strides.size() && !call_strides[i].empty(); }
+
     // The strides (in elements) the call's array for library input i has.
     const std::vector<int64_t> &input_strides(size_t i) const {
-        if (i < call_strides.size() && !call_strides[i].empty()) return call_strides[i];
-        return compiled.op->spec().inputs[i].strides;
+        return strided(i) ? call_strides[i] : compiled.op->spec().inputs[i].strides;
     }
 
     static std::pair<uintptr_t, uintptr_t> extent(const py::array &a) {
@@ -181,7 +183,7 @@ struct Executor {
             for (size_t i = 0; i < ptrs.size(); ++i) {
                 f32[i] = base + offsets[i];
                 const auto *low = static_cast<const uint16_t *>(ptrs[i]);
-                if (i < call_strides.size() && !call_strides[i].empty())
+                if (strided(i))
                     low_to_f32_strided(low, spec.inputs[i].shape, call_strides[i], base + offsets[i], type);
                 else
                     low_to_f32(low, base + offsets[i], sizes[i], type);
