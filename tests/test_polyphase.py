@@ -250,6 +250,52 @@ def test_a_polyphase_call_checks_dst_once_and_redoes_non_finite_phases(op: str, 
     assert checked >= 20 or not oc.guards.dispatch_isa() in oc.guards.BF16_NATIVE, checked
 
 
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+@pytest.mark.parametrize("op", ["fwd", "bwd_w", "bwd_d"])
+def test_sixty_four_phases_match_the_reference(op: str, fmt: str, monkeypatch):
+    """The most phases a problem splits into: FCN-8s' k16 s8 up-sampler geometry in 2-D
+    (64 phases, two taps each, with pads) and a 3-D stride 4 with kernels below, at and above
+    it (64 phases, some with no taps), through the op with the rules choosing polyphase,
+    against the reference; one stride more (72 or 65 phases) has no polyphase form."""
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+                        lowering.candidates(p)[0])
+    rng = np.random.default_rng(64)
+    wf = "IOX" if fmt == "NCX" else "XOI"
+    for src, k, s, pb, pe in (((3, 4), (16, 16), (8, 8), (4, 0), (4, 3)),
+                              ((2, 3, 2), (4, 3, 5), (4, 4, 4), (1, 0, 2), (0, 1, 1))):
+        rank = len(src)
+        dst = tuple(ss * (x - 1) + kk - a - b for x, kk, ss, a, b in zip(src, k, s, pb, pe))
+        attrs = dict(strides=s, pads_begin=pb, pads_end=pe, groups=2, data_format=fmt, weights_format=wf)
+        ic, oc_ = 4, 6
+
+        def act(c, sp):
+            return rng.standard_normal((2, c, *sp) if fmt == "NCX" else (2, *sp, c)).astype(np.float32)
+
+        ws = (ic, oc_ // 2, *k) if wf == "IOX" else (*k, oc_ // 2, ic)
+        x, w, dd = act(ic, src), rng.standard_normal(ws).astype(np.float32), act(oc_, dst)
+        b = rng.standard_normal(oc_).astype(np.float32)
+        if op == "fwd":
+            instance, arrays = oc.ConvTranspose(**attrs), (x, w, b)
+            ref = reference.conv_transpose(x, w, b, **attrs)
+            reduction = ic // 2 * math.prod(k)
+        elif op == "bwd_d":
+            instance, arrays = oc.ConvTransposeBackwardData(**attrs), (dd, w)
+            ref = reference.conv_transpose_backward_data(dd, w, **attrs)
+            reduction = oc_ // 2 * math.prod(k)
+        else:
+            instance, arrays = oc.ConvTransposeBackwardWeights(**attrs), (x, dd, ws)
+            ref = reference.conv_transpose_backward_weights(x, dd, ws, **attrs)
+            reduction = 2 * math.prod(dst)
+        got = instance(*arrays)
+        # (a backward op leaves out the phases with no taps: 48 of the 3-D stride's 64)
+        ran = re.match(r"Polyphase \((\d+) phases, stride 1: ", instance.lowering or "")
+        assert ran and int(ran[1]) in (48, 64), instance.lowering
+        assert_close(got, ref, "f32", reduction, f"{op} {fmt} k{k} s{s}")
+        more = oc.ConvTranspose(**{**attrs, "strides": (*s[:-1], s[-1] + 1)})
+        problem = more._problem([x, w, None], "f32")
+        assert not polyphase.fits(problem) and base.POLYPHASE not in lowering.candidates(problem)
+
+
 def test_the_op_says_it_ran_polyphase(monkeypatch):
     """A tuned or ruled choice of the polyphase form shows in op.lowering with its phases."""
     monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
