@@ -61,12 +61,17 @@ $MAKE --repeats $Z/tune_models.json $Z/tune_models_ncx.json $Z/tune_models_nxc.j
 Z3=$R/zen3
 # The bf16 (broad halves) and bf16/f16 (models) configurations were tuned again, once, when the
 # polyphase lowering computed in f32 became a candidate ("Polyphase in f32"): those runs
-# (*_f32poly) replace the earlier records of the same configurations (--remeasured).
+# (*_f32poly) replace the earlier records of the same configurations (--remeasured). So do the
+# runs of the two layers of 64 phases (k16 s8: centernet-ida8, fcn-up8), tuned twice, f32 and
+# bf16, when the polyphase lowering took up to 64 phases (*_phases64*; each candidate keeps the
+# higher of its two times).
 $MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.json \
     $Z3/tune_broad_fit.json $Z3/tune_broad_holdout.json \
     --remeasured $Z3/tune_models_f32poly.json --remeasured $Z3/tune_broad_fit_f32poly.json \
     --remeasured $Z3/tune_broad_holdout_f32poly.json \
+    --remeasured $Z3/tune_broad_fit_phases64.json --remeasured $Z3/tune_broad_fit_phases64_again.json \
+    --remeasured $Z3/tune_broad_holdout_phases64.json --remeasured $Z3/tune_broad_holdout_phases64_again.json \
     --date 2026-11-28 \
-    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the holdout half was added after the rules fitted without it had been checked on it"
+    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the two k16 s8 layers tuned again, twice, with up to 64 polyphase phases; the holdout half was added after the rules fitted without it had been checked on it"
 
 $MAKE --default
