@@ -38,6 +38,7 @@ from .strides import needs_copy
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering.base import Lowering
+    from .problem import Problem
 
 #: Largest value oneDNN's 32-bit shape arithmetic holds.
 INT32_MAX = 2**31 - 1
@@ -214,16 +215,33 @@ def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:
     kernel = weights[2:] if weights_format in ("IOX", "OIX") else weights[:-2]
     op_pad = a.get("output_padding") or [0] * len(kernel)
     for i, k in enumerate(kernel):
-        s, d, pb, pe = a["strides"][i], a["dilations"][i], a["pads_begin"][i], a["pads_end"][i]
-        ek = d * (k - 1) + 1
-        need = max(xs[i], ys[i]) + ek + pb + pe + s + op_pad[i]
-        if max(d, need) > INT32_MAX:  # (a dilation past it is refused with the attributes, op_base._geometry)
-            msg = (
-                f"{op}: spatial dim {i} combines size {max(xs[i], ys[i])}, kernel extent {ek} "
-                f"(kernel {k}, dilation {d}), pads {pb}/{pe} and stride {s} into {need}; oneDNN "
-                "computes these in 32-bit integers, so the dilation and the sum must stay below 2**31"
-            )
-            raise ValueError(msg)
+        _check_dim(op, i, max(xs[i], ys[i]), k, a["strides"][i], a["dilations"][i], a["pads_begin"][i],
+                   a["pads_end"][i], op_pad[i])
+
+
+def check_problem_range(op: str, p: Problem) -> None:
+    """Raise ValueError where a call's own geometry (as given, before any lowering) is past
+    oneDNN's 32-bit range: the sums :func:`check_library_range` checks, per spatial dim. A
+    lowering may take the call out of that range (a strided 1x1 BackwardWeights runs at
+    stride 1 under a guard of some CPUs, a polyphase one as stride-1 phases), so without
+    this check the same call would run on one CPU or table and be refused on another."""
+    g = p.geometry
+    for i, k in enumerate(p.kernel):
+        _check_dim(op, i, max(p.src[i], p.dst[i]), k, g.strides[i], g.dilations[i], g.pads_begin[i],
+                   g.pads_end[i], p.output_padding[i] if p.output_padding else 0)
+
+
+def _check_dim(op: str, i: int, size: int, k: int, s: int, d: int, pb: int, pe: int, op_pad: int) -> None:
+    """Raise the ValueError of spatial dim ``i`` whose sizes and attributes overflow 32 bits."""
+    ek = d * (k - 1) + 1
+    need = size + ek + pb + pe + s + op_pad
+    if max(d, need) > INT32_MAX:  # (a dilation past it is refused with the attributes, op_base._geometry)
+        msg = (
+            f"{op}: spatial dim {i} combines size {size}, kernel extent {ek} "
+            f"(kernel {k}, dilation {d}), pads {pb}/{pe} and stride {s} into {need}; oneDNN "
+            "computes these in 32-bit integers, so the dilation and the sum must stay below 2**31"
+        )
+        raise ValueError(msg)
 
 
 def estimate(
