@@ -219,16 +219,27 @@ def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:
                    a["pads_end"][i], op_pad[i])
 
 
-def check_problem_range(op: str, p: Problem) -> None:
-    """Raise ValueError where a call's own geometry (as given, before any lowering) is past
+def check_problem_range(op: str, output_name: str, p: Problem) -> None:
+    """Raise ValueError where a call's own result (``output_name``) is too large to address
+    (:func:`check_addressable`), or its geometry (as given, before any lowering) is past
     oneDNN's 32-bit range: the sums :func:`check_library_range` checks, per spatial dim. A
     lowering may take the call out of that range (a strided 1x1 BackwardWeights runs at
     stride 1 under a guard of some CPUs, a polyphase one as stride-1 phases), so without
     this check the same call would run on one CPU or table and be refused on another."""
+    check_addressable(op, output_name, p.out_shape)
     g = p.geometry
     for i, k in enumerate(p.kernel):
         _check_dim(op, i, max(p.src[i], p.dst[i]), k, g.strides[i], g.dilations[i], g.pads_begin[i],
                    g.pads_end[i], p.output_padding[i] if p.output_padding else 0)
+
+
+def check_addressable(op: str, output_name: str, shape: Sequence[int], library_shape: Sequence[int] = ()) -> None:
+    """Raise ValueError where a result of ``shape``, or the library's view of it
+    (``library_shape``), is too large to address in f32 (the widest computed dtype)."""
+    for s in (shape, library_shape):
+        if math.prod(s) * 4 > np.iinfo(np.intp).max:
+            msg = f"{op}: {output_name} would have shape {tuple(shape)}, too large to address"
+            raise ValueError(msg)
 
 
 def _check_dim(op: str, i: int, size: int, k: int, s: int, d: int, pb: int, pe: int, op_pad: int) -> None:

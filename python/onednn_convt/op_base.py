@@ -223,7 +223,7 @@ class Op:
     def _make_plan(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> Plan | PhasedPlan:
         code = self._check_dtypes(arrays)
         problem = self._problem(arrays, code)
-        limits.check_problem_range(self.op_name, problem)
+        limits.check_problem_range(self.op_name, self.output_name, problem)
         tuned = autotune.choice(self._target(), problem) if autotune.enabled() else None
         chosen = lowering.build(
             problem, tuned.name if tuned is not None else lowering.rule(problem, native=self.strict)
@@ -244,7 +244,7 @@ class Op:
         or on a lowering no graph can head, the fused call follows them instead
         (:func:`onednn_convt.fused_plan.make_plan`)."""
         problem = self._problem(arrays, dtypes.code_of(arrays[0].dtype) or "")
-        limits.check_problem_range(self.op_name, problem)
+        limits.check_problem_range(self.op_name, self.output_name, problem)
         return lowering.build(problem, lowering.rules.fallback(problem))
 
     def _check_dtypes(self, arrays: Sequence[Any]) -> str:

@@ -12,7 +12,6 @@ the library compiles natively on this CPU.
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -291,12 +290,8 @@ def plan_for(target: Target, lowering: Lowering, arrays: Sequence[Any], out: Opt
     return compile_lowering(lowering, arrays, out, dtype, "f32", emulated=True, constant_weights=constant)
 
 def _check_addressable(target: Target, lowering: Lowering) -> None:
-    """ValueError where the result, or the library's view of it, is too large to address
-    in f32 (the widest computed dtype)."""
-    for shape in (lowering.out_shape, lowering.library_shape):
-        if math.prod(shape) * 4 > np.iinfo(np.intp).max:
-            msg = f"{target.op_name}: {target.output_name} would have shape {lowering.out_shape}, too large to address"
-            raise ValueError(msg)
+    """ValueError where the result, or the library's view of it, is too large to address."""
+    limits.check_addressable(target.op_name, target.output_name, lowering.out_shape, lowering.library_shape)
 
 
 def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray], code: str) -> PhasedPlan:
