@@ -256,14 +256,13 @@ def test_sixty_four_phases_match_the_reference(op: str, fmt: str, monkeypatch):
     """The most phases a problem splits into: FCN-8s' k16 s8 up-sampler geometry in 2-D
     (64 phases, two taps each, with pads) and a 3-D stride 4 with kernels below, at and above
     it (64 phases, some with no taps), through the op with the rules choosing polyphase,
-    against the reference; one stride more (72 or 65 phases) has no polyphase form."""
+    against the reference; one stride more (72 or 80 phases) has no polyphase form."""
     monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
                         lowering.candidates(p)[0])
     rng = np.random.default_rng(64)
     wf = "IOX" if fmt == "NCX" else "XOI"
     for src, k, s, pb, pe in (((3, 4), (16, 16), (8, 8), (4, 0), (4, 3)),
                               ((2, 3, 2), (4, 3, 5), (4, 4, 4), (1, 0, 2), (0, 1, 1))):
-        rank = len(src)
         dst = tuple(ss * (x - 1) + kk - a - b for x, kk, ss, a, b in zip(src, k, s, pb, pe))
         attrs = dict(strides=s, pads_begin=pb, pads_end=pe, groups=2, data_format=fmt, weights_format=wf)
         ic, oc_ = 4, 6

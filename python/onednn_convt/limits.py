@@ -230,7 +230,7 @@ def check_problem_range(op: str, output_name: str, p: Problem) -> None:
     g = p.geometry
     for i, k in enumerate(p.kernel):
         _check_dim(op, i, max(p.src[i], p.dst[i]), k, g.strides[i], g.dilations[i], g.pads_begin[i],
-                   g.pads_end[i], p.output_padding[i] if p.output_padding else 0)
+                   g.pads_end[i], p.output_padding[i])
 
 
 def check_addressable(op: str, output_name: str, shape: Sequence[int], library_shape: Sequence[int] = ()) -> None:
