@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -43,6 +44,8 @@ def _random_call(rng: np.random.Generator, op: str, code: str):
     fmt, wf = str(rng.choice(["NCX", "NXC"])), str(rng.choice(["IOX", "XOI"]))
     g = int(rng.choice([1, 1, 2, 4]))
     ic, oc_ = g * int(rng.integers(1, 6)), g * int(rng.integers(1, 6))
+    if rank == 3 and g > 1 and rng.random() < 0.5:  # polyphase takes a grouped 3-D problem of these only
+        ic, oc_ = polyphase.GROUP_CHANNELS_BLOCK * g, polyphase.GROUP_CHANNELS_BLOCK * g
     k = [int(rng.integers(1, 6)) for _ in range(rank)]
     s = [int(rng.integers(1, 5)) for _ in range(rank)]
     s[0] = max(s[0], 2)
@@ -265,7 +268,7 @@ def test_sixty_four_phases_match_the_reference(op: str, fmt: str, monkeypatch):
                               ((2, 3, 2), (4, 3, 5), (4, 4, 4), (1, 0, 2), (0, 1, 1))):
         dst = tuple(ss * (x - 1) + kk - a - b for x, kk, ss, a, b in zip(src, k, s, pb, pe))
         attrs = dict(strides=s, pads_begin=pb, pads_end=pe, groups=2, data_format=fmt, weights_format=wf)
-        ic, oc_ = 4, 6
+        ic, oc_ = (4, 6) if len(k) == 2 else (16, 16)  # 3-D: channels per group that polyphase takes
 
         def act(c, sp):
             return rng.standard_normal((2, c, *sp) if fmt == "NCX" else (2, *sp, c)).astype(np.float32)
@@ -341,3 +344,43 @@ def test_a_result_past_the_limits_is_refused_before_it_is_allocated(monkeypatch)
         up = oc.ConvTranspose(strides=(1, 2), data_format="NCX", weights_format="IOX")
         up(np.ones((1, 1, 1, 1), np.float32), huge)
     assert not any(math.prod(s) > 2**30 for s in allocated)
+
+
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_no_polyphase_where_its_phases_would_run_on_gemm(fmt: str):
+    """A grouped 3-D problem whose channels per group are not a multiple of 8 (depthwise
+    among them) has no polyphase form: oneDNN 3.2 runs its stride-1 phases on its gemm
+    convolution, each about as slow as the whole strided op (a 64-phase depthwise forward
+    with a bias took 11 s, the library op 0.04). 8 and 16 channels per group, 2-D and 1-D
+    depthwise layers, and 3-D dense ones keep it. The slow-fuzzer's case itself (3-D
+    depthwise, stride 4, a bias) runs the library op by default, right."""
+    def problem(op_cls, g, ic, oc_, src, k, s, code="f32", bias=False):
+        wf = "IOX" if fmt == "NCX" else "XOI"
+        op = op_cls(strides=s, pads_begin=[0] * len(s), pads_end=[0] * len(s), groups=g, data_format=fmt,
+                    weights_format=wf)
+        dtype = np.float32 if code == "f32" else ml_dtypes.bfloat16
+        x = np.zeros((1, ic, *src) if fmt == "NCX" else (1, *src, ic), dtype)
+        w = np.zeros((ic, oc_ // g, *k) if wf == "IOX" else (*k, oc_ // g, ic), dtype)
+        return op, [x, w, np.zeros(oc_, dtype) if bias else None]
+
+    names = (base.POLYPHASE, base.POLYPHASE + lowering.IN_F32)
+    for g, ic, oc_, has in ((128, 128, 128, False), (32, 64, 64, False), (8, 96, 96, False), (8, 64, 128, True),
+                            (4, 64, 64, True), (1, 3, 5, True)):
+        for code in ("f32", "bf16"):
+            op, arrays = problem(oc.ConvTranspose, g, ic, oc_, (3, 2, 4), (4, 4, 4), (2, 2, 2), code)
+            p = op._problem(arrays, code)
+            assert polyphase.fits(p) == has and polyphase.gemm_phases(p) == (not has), (g, ic, oc_)
+            assert any(n in lowering.candidates(p) for n in names) == has, (g, ic, oc_, code)
+    for src, k, s in (((6, 6), (4, 4), (2, 2)), ((30,), (8,), (4,))):  # depthwise below 3-D: JIT kernels
+        op, arrays = problem(oc.ConvTranspose, 64, 64, 64, src, k, s)
+        assert base.POLYPHASE in lowering.candidates(op._problem(arrays, "f32"))
+    rng = np.random.default_rng(5)
+    op, _ = problem(oc.ConvTranspose, 16, 16, 16, (3, 1, 2), (4, 4, 4), (4, 4, 4))
+    x = rng.standard_normal((2, 16, 3, 1, 2) if fmt == "NCX" else (2, 3, 1, 2, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 1, 4, 4, 4) if fmt == "NCX" else (4, 4, 4, 1, 16)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    got = op(x, w, b)
+    assert not (op.lowering or "").startswith(base.POLYPHASE), op.lowering
+    attrs = dict(strides=(4, 4, 4), pads_begin=(0, 0, 0), pads_end=(0, 0, 0), groups=16, data_format=fmt,
+                 weights_format="IOX" if fmt == "NCX" else "XOI")
+    assert_close(got, reference.conv_transpose(x, w, b, **attrs), "f32", 64, f"depthwise 3-D {fmt}")
