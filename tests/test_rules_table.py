@@ -491,3 +491,67 @@ def test_a_cpu_that_cannot_run_a_rival_has_no_say_on_it(tmp_path):
     table("old", "avx512_core_amx", {"ConvTranspose": 1.0, "ConvolutionBackwardData": 1.1})  # could run it, did not time it
     assert make_rules().main(["--default", "--out", str(tmp_path)]) == 0
     assert rules_table.read(tmp_path / "default.json").entries[key] == "ConvTranspose"
+
+
+def _gemm_problem(op_name, fmt, groups, channels, kernel, strides, code="f32"):
+    """A 3-D problem of ``op_name`` with ``groups`` groups of ``channels`` in and out (pads 0)."""
+    wf = "IOX" if fmt == "NCX" else "XOI"
+    attrs = dict(strides=list(strides), groups=groups, data_format=fmt, weights_format=wf)
+    src = (6, 5, 6)
+    dst = tuple(s * (x - 1) + k for x, k, s in zip(src, kernel, strides))
+    c = groups * channels
+
+    def act(sp):
+        return np.zeros((2, c, *sp) if fmt == "NCX" else (2, *sp, c), np.float32)
+
+    ws = (c, channels, *kernel) if wf == "IOX" else (*kernel, channels, c)
+    if op_name == "fwd":
+        return oc.ConvTranspose(**attrs)._problem([act(src), np.zeros(ws, np.float32), None], code)
+    if op_name == "bwd_d":
+        return oc.ConvTransposeBackwardData(**attrs)._problem([act(dst), np.zeros(ws, np.float32)], code)
+    return oc.ConvTransposeBackwardWeights(**attrs)._problem([act(src), act(dst), np.array(ws)], code)
+
+
+@pytest.mark.parametrize("table_name", ["this CPU's", "default", "none", *sorted(f"{c}-{i}" for c, i in
+                                                                           rules_table.tables())])
+def test_gemm_grouped_3d_layers_run_the_library_op(table_name, monkeypatch):
+    """A grouped 3-D layer that oneDNN 3.2 runs on its gemm convolution (channels per group
+    not a multiple of 8, depthwise among them) runs the library's own op under every
+    table: no table measured such a layer, and the 2-D layers' choices lost up to 4.8x
+    there (the rules' docstring). 8 channels per group are ruled as before."""
+    if table_name == "default":
+        monkeypatch.setattr(rules, "table", lambda: (rules_table.default(), "a test's"))
+    elif table_name == "none":
+        monkeypatch.setattr(rules, "table", lambda: (None, "a test's"))
+    elif table_name != "this CPU's":
+        cpu_name, isa = table_name.split("-", 1)
+        monkeypatch.setattr(rules, "table", lambda: (rules_table.tables()[(cpu_name, isa)], "a test's"))
+    own = {"fwd": base.CONV_TRANSPOSE, "bwd_d": base.CONV_TRANSPOSE_BACKWARD_DATA,
+           "bwd_w": base.CONV_TRANSPOSE_BACKWARD_WEIGHTS}
+    for op_name in own:
+        for fmt in ("NCX", "NXC"):
+            for groups, channels in ((16, 1), (8, 2), (4, 12)):
+                for kernel, strides in (((4, 4, 4), (2, 2, 2)), ((3, 3, 3), (1, 1, 1)), ((4, 4, 4), (4, 4, 4))):
+                    p = _gemm_problem(op_name, fmt, groups, channels, kernel, strides)
+                    assert p.gemm_grouped
+                    assert lowering.rule(p) == own[op_name], (op_name, fmt, groups, channels, kernel)
+            assert not _gemm_problem(op_name, fmt, 4, 8, (4, 4, 4), (2, 2, 2)).gemm_grouped
+            assert not _gemm_problem(op_name, fmt, 1, 3, (4, 4, 4), (2, 2, 2)).gemm_grouped
+
+
+def test_measured_gemm_grouped_layers_rule_their_kind_only():
+    """The nearest-layers rules choose for a gemm-run grouped 3-D problem from measured
+    layers of that kind alone (none: no say), and leave those layers out of every other
+    problem's neighbours."""
+    p = _gemm_problem("fwd", "NCX", 64, 1, (4, 4, 4), (2, 2, 2))
+    dw_2d = _measured("dw2d", {"A": 1.0, "B": 3.0}, groups=64, ic=64, oc=64)
+    assert rules_table.Table("t", "t", "t", {}, layers=(dw_2d,)).choose(p, ["A", "B"]) is None
+    dw_3d = _measured("dw3d", {"A": 2.0, "B": 1.0}, groups=64, ic=64, oc=64, src=(6, 5, 6), kernel=(4, 4, 4),
+                      strides=(2, 2, 2))
+    assert rules_table.Table("t", "t", "t", {}, layers=(dw_2d, dw_3d)).choose(p, ["A", "B"]) == "B"
+    dw_2d_problem = _fwd_problem(groups=64)
+    assert rules_table.Table("t", "t", "t", {}, layers=(dw_2d, dw_3d)).choose(dw_2d_problem, ["A", "B"]) == "A"
+    assert rules_table.Table("t", "t", "t", {}, layers=(dw_3d,)).choose(dw_2d_problem, ["A", "B"]) is None
+    classes = rules_table.Table("t", "t", "t", {}, {(FORWARD, "f32", "NCX", "depthwise-strided"): "A"})
+    assert classes.choose(p, ["A", "B"]) is None
+    assert classes.choose(dw_2d_problem, ["A", "B"]) == "A"

@@ -39,6 +39,22 @@ def depthwise(groups: int, ic: int, oc: int) -> bool:
     return ic == groups and oc == groups
 
 
+#: a grouped 3-D shape has oneDNN 3.2's JIT kernels where its channels per group (in and
+#: out) are a multiple of this (:func:`gemm_grouped`)
+GROUP_CHANNELS_BLOCK = 8
+
+
+def gemm_grouped(rank: int, groups: int, ic: int, oc: int) -> bool:
+    """A grouped 3-D shape whose channels per group (in or out) are not a multiple of
+    :data:`GROUP_CHANNELS_BLOCK`, depthwise among them: oneDNN 3.2 has no JIT kernel for its
+    3-D convolutions (its depthwise kernels are 1-D and 2-D), and every lowering of such a
+    shape runs its gemm convolution (``x64:gemm:jit``). The lowerings rank differently there
+    than on the 2-D layers they would be extrapolated from: the rules keep these shapes
+    apart (:mod:`onednn_convt.lowering.rules`), and the polyphase lowering leaves them
+    (:func:`onednn_convt.lowering.polyphase.fits`)."""
+    return rank == 3 and groups > 1 and any((c // groups) % GROUP_CHANNELS_BLOCK for c in (ic, oc))
+
+
 def tiled(strides: Sequence[int], kernel: Sequence[int]) -> bool:
     """Every stride at least its kernel size: the taps of neighbouring src positions do not
     overlap (U-Net's k2 s2)."""
@@ -187,6 +203,12 @@ class Problem:
     def depthwise(self) -> bool:
         """One input and one output channel per group (:func:`depthwise`)."""
         return depthwise(self.groups, self.ic, self.oc)
+
+    @property
+    def gemm_grouped(self) -> bool:
+        """A grouped 3-D problem that oneDNN 3.2 runs on its gemm convolution
+        (:func:`gemm_grouped`)."""
+        return gemm_grouped(self.rank, self.groups, self.ic, self.oc)
 
     @property
     def flops(self) -> int:

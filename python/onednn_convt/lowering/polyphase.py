@@ -89,37 +89,23 @@ def phases(src: int, kernel: int, stride: int, pads_begin: int, dst: int) -> lis
     return out
 
 
-#: the channels per group (in and out) of a grouped 3-D problem whose stride-1 phases have
-#: oneDNN 3.2's JIT kernels: a multiple of this (see :func:`gemm_phases`)
-GROUP_CHANNELS_BLOCK = 8
-
-
 def fits(p: Problem) -> bool:
     """Whether ``p`` has a polyphase form worth running: a stride above 1, every dilation 1,
-    at most :data:`MAX_PHASES` phases (any dtype), and phases that are not
-    :func:`gemm_phases`."""
+    at most :data:`MAX_PHASES` phases (any dtype), and not a grouped 3-D problem that oneDNN
+    3.2 runs on its gemm convolution (:attr:`Problem.gemm_grouped`), where each stride-1
+    phase costs about as much as the whole strided op.
+
+    Measured on an AMD Zen3 (avx2), 2 threads, k4 s2 p1 f32, against the library op (median
+    of three calls each): a depthwise 8x128x6x6x6 forward NXC took 88 ms as polyphase
+    against 17 (201 ms with a bias, which the phases' gemm kernels add slowly: the rules'
+    choice then; at stride 4, 64 phases, 2.6 s against 0.10), NCX 38 against 17,
+    BackwardData 31-109 against 14-17, BackwardWeights 29-36 against 15-16. A 2x128x6x8x8
+    forward with 2, 4, 6 and 12 channels per group took 1.3-7.2x the library op's time as
+    polyphase; with 8 per group 0.37-0.69x, with 16 1.1-1.4x (JIT kernels: the rules and
+    the tuner decide there)."""
     g = p.geometry
     return not all(s == 1 for s in g.strides) and all(d == 1 for d in g.dilations) and \
-        math.prod(g.strides) <= MAX_PHASES and not gemm_phases(p)
-
-
-def gemm_phases(p: Problem) -> bool:
-    """Whether ``p``'s stride-1 phases would run on oneDNN 3.2's gemm convolution
-    (``x64:gemm:jit``), each costing about as much as the whole strided op: a grouped 3-D
-    problem whose channels per group (in or out) are not a multiple of
-    :data:`GROUP_CHANNELS_BLOCK` (depthwise among them). 3.2 has no JIT kernel for those 3-D
-    convolutions (its depthwise ones are 1-D and 2-D).
-
-    Measured on an AMD Zen3 (avx2), 2 threads, k4 s2 p1 f32, against the library op: a
-    depthwise 8x128x6x6x6 forward NXC took 450 ms as polyphase against 50 (with a bias, which
-    the phases' gemm kernels take at up to 130 ms a phase, 1,230 ms: the default then; at
-    stride 4, 64 phases, 11 s against 0.04), NCX 67 against 25, BackwardData 97-360 against
-    30-44, BackwardWeights 68-80 against 23-24; with 2, 4 and 12 channels per group the
-    forward took 1.4-3.2x the library op's time, with 6 1.2-1.3x; with 8 and 16 channels
-    per group it ran 2.8-6.7x faster as polyphase (JIT kernels there)."""
-    if p.rank != 3 or p.groups == 1:
-        return False
-    return any((c // p.groups) % GROUP_CHANNELS_BLOCK for c in (p.ic, p.oc))
+        math.prod(g.strides) <= MAX_PHASES and not p.gemm_grouped
 
 
 def applies(p: Problem) -> bool:

@@ -29,6 +29,16 @@ for them. The fallback rules, in short (the measurements behind each are in
 - ConvTransposeBackwardWeights runs as the library's op, except in 2-D and 3-D NXC
   (:func:`backward_weights_kind`): ``ConvolutionBackwardWeights`` of the convolution that
   BackwardData is, which reads NXC activations without reorders.
+- A grouped 3-D problem that oneDNN 3.2 runs on its gemm convolution
+  (:attr:`onednn_convt.problem.Problem.gemm_grouped`: channels per group not a multiple of
+  8) runs the library's own op, in any data format. Every lowering runs gemm kernels there;
+  the op's own ran fastest in 26 of the 27 configurations with another candidate measured on
+  an AMD Zen3 (avx2, 2 threads, f32, batch 8, polyphase apart: depthwise k4 s2, k4 s4 and k3
+  s1, 2 channels per group k4 s2 and k3 s1; the three ops in NCX and NXC). The 2-D rules
+  above lost up to 4.8x there in NXC: the flipped Convolution forward 29 ms against 7.3,
+  BackwardData's Convolution 22.9 against 4.8, ConvolutionBackwardWeights 1.14-1.75x; the
+  exception, a k4 s2 BackwardWeights NCX with 2 channels per group, ran 1.5x faster
+  channels-last.
 """
 
 from __future__ import annotations
@@ -110,6 +120,8 @@ def _forward(p: Problem) -> str:
         return base.OVERLAP_ADD
     # the library op never takes the bias (lowering.forward.bias_apart)
     kind = forward_kind(p.kernel, *g.astuple(), p.groups, p.ic, p.oc, bias=False)
+    if p.gemm_grouped:
+        kind = base.CONV_TRANSPOSE
     if kind == base.CONVOLUTION:
         return base.FLIPPED_CONVOLUTION
     # oneDNN's AMX backward-data kernel, which both library lowerings run, fails where a
@@ -139,6 +151,8 @@ def _backward_data(p: Problem) -> str:
         ):
             return base.TILES
         return base.ZERO_PADDED_TAPS
+    if p.gemm_grouped and all(d == 1 for d in g.dilations):
+        return base.CONV_TRANSPOSE_BACKWARD_DATA
     return backward_data_kind(g.dilations, p.data_format)
 
 
@@ -147,6 +161,8 @@ def _backward_weights(p: Problem) -> str:
         p.input_shapes[0], p.input_shapes[1], p.kernel, p.groups, p.data_format
     ):
         return base.FRAMES
+    if p.gemm_grouped:
+        return base.CONV_TRANSPOSE_BACKWARD_WEIGHTS
     return backward_weights_kind(p.rank, p.data_format)
 
 

@@ -89,6 +89,11 @@ class Measured:
         """:func:`onednn_convt.problem.shape_class` of the layer."""
         return problem.shape_class(self.kernel, self.strides, self.groups, self.ic, self.oc, self.src, self.n)
 
+    @property
+    def gemm_grouped(self) -> bool:
+        """:func:`onednn_convt.problem.gemm_grouped` of the layer."""
+        return problem.gemm_grouped(len(self.kernel), self.groups, self.ic, self.oc)
+
 
 @dataclass(frozen=True)
 class Table:
@@ -121,8 +126,15 @@ class Table:
         them at least is scored by the weighted mean of the logarithm of its time ratio
         there, counted as :data:`UNMEASURED` (twice the fastest's time) on a layer where it
         was not measured (it did not apply, or was refused); the lowest score wins.
-        A table of classes (the default): its entry for ``p``'s class."""
+        A table of classes (the default): its entry for ``p``'s class.
+
+        A grouped 3-D problem that oneDNN 3.2 runs on its gemm convolution
+        (:attr:`onednn_convt.problem.Problem.gemm_grouped`) is chosen for only by measured
+        layers of that kind; a table with none (the classes do not tell them apart) says
+        nothing, and the fallback rules choose."""
         if not self.layers:
+            if p.gemm_grouped:
+                return None
             chosen = self.entries.get((p.op, p.dtype, p.data_format, p.shape_class))
             return chosen if chosen in names else None
         shape = (p.n, p.ic, p.oc, p.groups, p.src, p.kernel, p.geometry.strides)
@@ -136,7 +148,9 @@ def nearest_choice(layers: Sequence[Measured], config: tuple[str, str, str],
     format), ``shape`` (as :attr:`Measured.shape`) and ``features``
     (:func:`onednn_convt.problem.features`); ``benchmarks/rules_cv.py`` calls it on measured
     layers left out of the table."""
-    mine = [m for m in layers if (m.op, m.dtype, m.data_format) == config]
+    _, ic, oc, groups, _, kernel, _ = shape
+    gemm = problem.gemm_grouped(len(kernel), groups, ic, oc)  # measured layers of its kind only
+    mine = [m for m in layers if (m.op, m.dtype, m.data_format) == config and m.gemm_grouped == gemm]
     near = [m for m in mine if m.shape == shape]  # this very layer: its own times, weighted alike
     weights = [1.0] * len(near)
     if not near:
