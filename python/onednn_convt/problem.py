@@ -51,7 +51,9 @@ def gemm_grouped(rank: int, groups: int, ic: int, oc: int) -> bool:
     shape runs its gemm convolution (``x64:gemm:jit``). The lowerings rank differently there
     than on the 2-D layers they would be extrapolated from: the rules keep these shapes
     apart (:mod:`onednn_convt.lowering.rules`), and the polyphase lowering leaves them
-    (:func:`onednn_convt.lowering.polyphase.fits`)."""
+    (:func:`onednn_convt.lowering.polyphase.fits`). Measured on an AVX2 CPU (an AMD Zen3,
+    whose JIT kernels block channels by 8); where AVX-512 kernels (16 a block, and brgemm
+    ones) draw the line was not measured."""
     return rank == 3 and groups > 1 and any((c // groups) % GROUP_CHANNELS_BLOCK for c in (ic, oc))
 
 
