@@ -99,10 +99,10 @@ def fits(p: Problem) -> bool:
     of three calls each): a depthwise 8x128x6x6x6 forward NXC took 88 ms as polyphase
     against 17 (201 ms with a bias, which the phases' gemm kernels add slowly: the rules'
     choice then; at stride 4, 64 phases, 2.6 s against 0.10), NCX 38 against 17,
-    BackwardData 31-109 against 14-17, BackwardWeights 29-36 against 15-16. A 2x128x6x8x8
-    forward with 2, 4, 6 and 12 channels per group took 1.3-7.2x the library op's time as
-    polyphase; with 8 per group 0.37-0.69x, with 16 1.1-1.4x (JIT kernels: the rules and
-    the tuner decide there)."""
+    BackwardData 31-109 against 14-17, BackwardWeights 29-36 against 15-16. A k4 s2
+    forward of 2x48, 2x64 or 2x96 channels on 6x8x8 with 2, 4, 6 and 12 channels per group
+    took 1.3-7.2x the library op's time as polyphase; with 8 per group 0.37-0.69x, with 16
+    1.1-1.4x (JIT kernels: the rules and the tuner decide there)."""
     g = p.geometry
     return not all(s == 1 for s in g.strides) and all(d == 1 for d in g.dilations) and \
         math.prod(g.strides) <= MAX_PHASES and not p.gemm_grouped
