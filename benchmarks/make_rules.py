@@ -65,6 +65,17 @@ def score(rows: list[dict[str, float]], name: str, among: set[str]) -> float:
     return math.exp(sum(math.log(r[name] / min(r[n] for n in among)) for r in rows) / len(rows))
 
 
+def record_layer(record: dict[str, Any]) -> suites.Layer | None:
+    """The layer a tuning record measured: the suite layer its key names, or for a layer of
+    ``tune --layers-json`` (suite ``custom``) the shape the record carries; None if neither."""
+    shape = record.get("layer")
+    if record["key"].startswith("custom/") and isinstance(shape, dict):
+        return suites.Layer(name=record["key"].split("/")[1], n=shape["n"], ic=shape["ic"], oc=shape["oc"],
+                            spatial=tuple(shape["spatial"]), kernel=tuple(shape["kernel"]), stride=shape["stride"],
+                            pad=shape["pad"], groups=shape["groups"])
+    return suite_layer(record["key"])
+
+
 def suite_layer(key: str) -> suites.Layer | None:
     """The suite layer a record's key (``suite/layer/op/dtype/format``) names, or None."""
     suite, name = key.split("/")[:2]
@@ -76,14 +87,14 @@ def suite_layer(key: str) -> suites.Layer | None:
 
 def measured_layers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's layers: each record with two or more candidates timed, its layer's shape
-    and each candidate's time over the fastest's (a record whose layer is in no suite is
-    left out, saying so)."""
+    (:func:`record_layer`) and each candidate's time over the fastest's (a record whose layer
+    is in no suite and carries no shape is left out, saying so)."""
     out = []
     for r in records:
         times = record_times(r)
         if r.get("chosen") is None or len(times) < 2:
             continue
-        lay = suite_layer(r["key"])
+        lay = record_layer(r)
         if lay is None:
             print(f"{r['key']}: no such suite layer today; left out", file=sys.stderr)
             continue

@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+from helpers import benchmark_script
 
 from onednn_convt import cli
 from onednn_convt.lowering import autotune, tuning_cache
@@ -59,8 +60,22 @@ def test_tune_layers_from_a_file(cache_dir, tmp_path):
     out = tmp_path / "choices.json"
     assert cli.main(["tune", "--layers-json", str(layers), "--ops", "fwd", "--dtypes", "f32,bf16",
                      "--formats", "NXC", "--json", str(out)]) == 0
-    keys = [r["key"] for r in json.loads(out.read_text())["records"]]
-    assert keys == ["custom/up/fwd/f32/NXC", "custom/up/fwd/bf16/NXC"]
+    records = json.loads(out.read_text())["records"]
+    assert [r["key"] for r in records] == ["custom/up/fwd/f32/NXC", "custom/up/fwd/bf16/NXC"]
+    # each record carries the layer's shape (no suite names it), and the rules' generator
+    # keeps its configurations as measured layers of that shape
+    shape = {"n": 2, "ic": 8, "oc": 4, "groups": 1, "spatial": [5, 5], "kernel": [4, 4], "stride": 2, "pad": 1}
+    assert all(r["layer"] == shape for r in records)
+    from onednn_convt.lowering import rules_table
+
+    gen = benchmark_script("make_rules")
+    assert gen.main([str(out), "--out", str(tmp_path / "tables"), "--cpu", "zen9"]) == 0  # (where the run names none)
+    [table] = (tmp_path / "tables").glob("*.json")
+    kept = rules_table.read(table).layers
+    timed = sorted(r["dtype"] for r in records if len(r.get("times_us") or {}) >= 2)
+    assert [(m.layer, m.dtype, m.data_format) for m in kept] == [("custom/up", dt, "NXC") for dt in timed]
+    assert all((m.n, m.ic, m.oc, m.groups, m.src, m.kernel, m.strides) == (2, 8, 4, 1, (5, 5), (4, 4), (2, 2))
+               for m in kept)
 
 
 _GOOD = {"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4], "stride": 2, "pad": 1}

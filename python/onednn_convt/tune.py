@@ -148,13 +148,7 @@ def configs(args: argparse.Namespace) -> list[suites.Config]:
     """The configurations the options name."""
     if args.layers_json is None:
         return suites.configs(args.suite, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers)
-    out = []
-    for layer in layers_from_json(args.layers_json):
-        for op in args.ops:
-            for fmt in args.formats:
-                for dt in args.dtypes:
-                    out.append(suites.Config("custom", layer, op, dt, fmt))
-    return out
+    return suites.configs("custom", args.ops, args.dtypes, args.formats, custom=layers_from_json(args.layers_json))
 
 
 def tune_config(cfg: suites.Config) -> dict[str, Any]:
@@ -166,6 +160,9 @@ def tune_config(cfg: suites.Config) -> dict[str, Any]:
         "key": cfg.key, "op": cfg.op, "dtype": cfg.dtype, "data_format": cfg.data_format,
         "shape_class": lay.shape_class,
     }
+    if cfg.suite == "custom":  # no suite names it: its shape, for make_rules.py and rules_cv.py
+        rec["layer"] = {"n": lay.n, "ic": lay.ic, "oc": lay.oc, "groups": lay.groups, "spatial": list(lay.spatial),
+                        "kernel": list(lay.kernel), "stride": lay.stride, "pad": lay.pad}
     try:
         case.op(*case.args)
     except MemoryError as e:
