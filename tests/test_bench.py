@@ -647,3 +647,25 @@ def test_bench_refuses_an_out_it_cannot_write_before_measuring(tmp_path, capsys,
     for out, why in ((a_file, "not a directory"), (a_file / "sub", "cannot create this directory")):
         assert main(["bench", "--suite", suite, "--out", str(out)]) == 2
         assert f"--out {out}: {why}" in capsys.readouterr().err
+
+
+def test_bench_times_the_layers_of_a_file(tmp_path) -> None:
+    """``--layers-json``: the layers of a file (tune's format) as suite ``custom``, each
+    configuration checked against the reference; a malformed file is refused before any
+    measuring."""
+    layers = tmp_path / "layers.json"
+    layers.write_text(json.dumps([{"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4],
+                                   "stride": 2, "pad": 1, "groups": 2},
+                                  {"name": "other", "n": 1, "ic": 3, "oc": 3, "spatial": [6], "kernel": [3]}]))
+    code, stdout, stderr = _bench_main(["bench", "--layers-json", str(layers), "--layers", "up", "--quick",
+                                        "--budget", "0.01", "--repeat", "3", "--dtypes", "f32", "--no-torch",
+                                        "--no-chart", "--out", str(tmp_path), "--name", "mine"])
+    assert code == 0, stdout + stderr
+    rows = json.loads((tmp_path / "mine.json").read_text())["results"]
+    assert sorted(r["key"] for r in rows) == sorted(f"custom/up/{op}/f32/{fmt}" for op in suites.OPS
+                                                    for fmt in suites.FORMATS)
+    assert all(r["ref_err"] < 1e-5 and r["median_ms"] > 0 for r in rows), rows
+    layers.write_text(json.dumps([{"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4],
+                                   "groups": 3}]))
+    code, _, stderr = _bench_main(["bench", "--layers-json", str(layers), "--out", str(tmp_path)])
+    assert code == 2 and "bench: --layers-json" in stderr and "divisible by groups" in stderr

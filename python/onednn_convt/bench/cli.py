@@ -65,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=lambda s: [x for x in s.split(",") if x], default=None,
                         help="only these layers (names as in the table), comma-separated (fused: the "
                              "models suite's without istft unless named)")
+    parser.add_argument("--layers-json", type=Path, default=None, metavar="FILE",
+                        help="time the layers of this file instead of a suite (suite 'custom'), in the "
+                             "format of onednn-convt tune --layers-json")
     parser.add_argument("--bias", action="store_true",
                         help="give each forward a bias (one value per output channel), as torch.nn layers have by default")
     parser.add_argument("--skip-slow", action="store_true",
@@ -203,8 +206,19 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    configs = [c for s in args.suite for c in suites.configs(
-        s, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers, args.bias)]
+    if args.layers_json is not None:
+        from ..tune import layers_from_json
+
+        try:
+            layers = layers_from_json(args.layers_json)
+        except ValueError as e:
+            print(str(e).replace("tune:", "bench:", 1), file=sys.stderr)
+            return 2
+        configs = suites.configs("custom", args.ops, args.dtypes, args.formats, False, args.layers, args.bias,
+                                 custom=layers)
+    else:
+        configs = [c for s in args.suite for c in suites.configs(
+            s, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers, args.bias)]
     if not configs:
         print("bench: no configuration matches the options", file=sys.stderr)
         return 2

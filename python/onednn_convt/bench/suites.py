@@ -434,18 +434,21 @@ def layers(suite: str) -> list[Layer]:
 def configs(
     suite: str, ops: Iterable[str] = OPS, dtypes_: Iterable[str] = DTYPES,
     formats: Iterable[str] = FORMATS, skip_slow: bool = False, layer_names: Optional[Iterable[str]] = None,
-    bias: bool = False,
+    bias: bool = False, custom: Optional[Sequence[Layer]] = None,
 ) -> list[Config]:
     """Every configuration of ``suite`` for the chosen ops, dtypes and formats (``bias``: the
-    forwards with a bias).
+    forwards with a bias); of the layers ``custom`` instead, where given (a user's layers:
+    ``--layers-json``), as suite ``custom``.
 
     Ordered layer by layer, then op, data format and dtype (f32 before bf16 and f16, so the
     f16/f32 ratio of target 5 compares neighbours).
     """
     ops, dtypes_, formats = list(ops), list(dtypes_), list(formats)
     wanted = None if layer_names is None else set(layer_names)
+    if custom is not None:
+        suite = "custom"
     out = []
-    for lay in layers(suite):
+    for lay in layers(suite) if custom is None else custom:
         if (skip_slow and lay.slow) or (wanted is not None and lay.name not in wanted):
             continue
         for op in ops:
