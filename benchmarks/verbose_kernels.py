@@ -6,6 +6,7 @@ Usage::
     python benchmarks/verbose_kernels.py --suite models --layers depthwise --dtypes f32
     python benchmarks/verbose_kernels.py models/unet/bwd_d/f32/NCX --lowering Convolution
     python benchmarks/verbose_kernels.py models/unet/bwd_d/f32/NCX --torch
+    python benchmarks/verbose_kernels.py custom/up1/fwd/f32/NXC --layers-json my_layers.json
 
 It sets ONEDNN_VERBOSE=1 before oneDNN loads, runs each configuration twice (the first call
 compiles), then five times more, and prints the ``exec`` lines of one call with each
@@ -205,11 +206,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--torch", action="store_true", help="and the kernels of PyTorch's call (its bundled oneDNN)")
     p.add_argument("--bench", default=None, help="a bench run's JSON: name the kernels of its slow rows")
     p.add_argument("--below", type=float, default=0.95, help="with --bench: rows below this speed ratio")
+    p.add_argument("--layers-json", default=None,
+                   help="the layers of keys custom/LAYER/...: a file of onednn-convt tune --layers-json")
     args = p.parse_args(argv)
     _force_lowerings()
 
     def config(key: str) -> Any:
         suite, layer, op, dt, fmt = key.split("/")
+        if suite == "custom":
+            from onednn_convt.tune import layers_from_json
+
+            mine = [x for x in layers_from_json(args.layers_json) if x.name == layer] if args.layers_json else []
+            if not mine:
+                p.error(f"{key}: give the file of its layer with --layers-json")
+            return suites.Config(suite, mine[0], op, dt, fmt)
         return suites.configs(suite, [op], [dt], [fmt], layer_names=[layer])[0]
 
     if args.bench:

@@ -1,0 +1,137 @@
+"""Layers nobody tuned for: seeded random layers for ``onednn-convt tune``, and what the
+rules' choices cost on them.
+
+The suites hold published layers; the rules were fit on part of them. This draws layers
+no suite holds (1-D to 3-D; dense, grouped, depthwise, one-channel ends; kernels 2-32,
+strides 1-16; batch 1-32), each sized to a few tens to a few hundred million multiply-adds
+(a call of about 1-100 ms, above this host's sub-millisecond noise) with activations of
+about 8 Mi elements at most, and reads the tuner's side-by-side times of every candidate::
+
+    python benchmarks/random_layers.py draw --seed 1 --count 40 > layers.json
+    ONEDNN_CONVT_CACHE_DIR=$(mktemp -d) onednn-convt tune --layers-json layers.json \\
+        --dtypes f32 --retune --json tune.json
+    python benchmarks/random_layers.py report tune.json [--limit 1.5]
+
+``report`` prints, per run, the geometric mean over the configurations of the rules'
+time over the fastest candidate's and over the library op's (the op's own
+ConvTranspose, ConvTransposeBackwardData or ConvTransposeBackwardWeights), and each
+configuration whose rules' choice took more than ``--limit`` times the fastest candidate's
+time. The tuner times candidates alternated in one process (``onednn_convt.lowering.autotune``);
+a ratio near 1 is within its noise, a ratio of 2 is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+#: (kernel, stride, pad) of up-sampling and same-size layers, per rank
+GEOMETRIES = {
+    1: ((2, 2, 0), (3, 1, 1), (4, 2, 1), (5, 1, 2), (8, 4, 2), (11, 5, 3), (16, 8, 4), (32, 16, 8), (7, 1, 3)),
+    2: ((2, 2, 0), (3, 1, 1), (3, 2, 1), (4, 2, 1), (4, 4, 0), (5, 2, 2), (7, 1, 3), (8, 4, 2), (16, 8, 4)),
+    3: ((2, 2, 0), (3, 1, 1), (3, 2, 1), (4, 2, 1), (4, 4, 0), (5, 1, 2)),
+}
+CHANNELS = (1, 3, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512)
+BATCHES = (1, 2, 4, 8, 16, 32)
+#: the spatial size's bound per rank (an input's)
+MAX_SIDE = {1: 8192, 2: 256, 3: 48}
+#: elements of the larger activation at most (32 MiB in f32), of a square input (a non-square
+#: one, its sides halved and doubled, may come a little over)
+MAX_ELEMENTS = 8 * 2**20
+
+
+def _channels(rng: np.random.Generator) -> tuple[int, int, int, str]:
+    """(ic, oc, groups, kind)."""
+    kind = str(rng.choice(["dense", "grouped", "depthwise", "one-out", "one-in"], p=[0.4, 0.2, 0.15, 0.15, 0.1]))
+    if kind == "dense":
+        return int(rng.choice(CHANNELS[2:])), int(rng.choice(CHANNELS[2:])), 1, kind
+    if kind == "grouped":
+        g = int(rng.choice([2, 4, 8, 16, 32]))
+        per_in, per_out = (int(rng.choice([1, 2, 4, 8, 16])) for _ in range(2))
+        return g * per_in, g * per_out, g, kind
+    if kind == "depthwise":
+        c = int(rng.choice([8, 16, 32, 64, 128, 256]))
+        return c, c, c, kind
+    few = int(rng.choice([1, 2, 3]))
+    many = int(rng.choice(CHANNELS[4:]))
+    return (many, few, 1, kind) if kind == "one-out" else (few, many, 1, kind)
+
+
+def draw_layer(rng: np.random.Generator, seed: int, index: int) -> dict[str, Any]:
+    """One layer in the tuner's ``--layers-json`` form, named by its seed and index (so that
+    the layers of several seeds merge into one table)."""
+    rank = int(rng.choice([1, 2, 3], p=[0.2, 0.55, 0.25]))
+    k, s, p = (int(v) for v in GEOMETRIES[rank][int(rng.integers(len(GEOMETRIES[rank])))])
+    ic, oc, groups, kind = _channels(rng)
+    n = int(rng.choice(BATCHES))
+    macs = math.exp(rng.uniform(math.log(3e7), math.log(6e8)))
+    per_position = n * ic * (oc // groups) * k**rank
+    side = max(1, min(MAX_SIDE[rank], round((macs / per_position) ** (1 / rank))))
+    while side > 1 and n * max(ic, oc) * ((side - 1) * s + k) ** rank > MAX_ELEMENTS:
+        side -= 1
+    spatial = [side] * rank
+    if rank > 1 and rng.random() < 0.3:  # a non-square input
+        spatial[0] = max(1, side // 2)
+        spatial[-1] = min(MAX_SIDE[rank], side * 2)
+    name = f"s{seed}r{index:02d}-{rank}d-{kind}-k{k}s{s}"
+    return {"name": name, "n": n, "ic": ic, "oc": oc, "spatial": spatial, "kernel": [k] * rank,
+            "stride": s, "pad": p, "groups": groups}
+
+
+def report(paths: list[str], limit: float) -> int:
+    """Print each run's ratios (see the module docstring)."""
+    library = {"fwd": "ConvTranspose", "bwd_d": "ConvTransposeBackwardData", "bwd_w": "ConvTransposeBackwardWeights"}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            run = json.load(f)
+        best, lib, slow = [], [], []
+        for rec in run["records"]:
+            times = rec.get("times_us") or {}
+            rule = times.get(rec.get("rule") or "")
+            if not rule:
+                continue
+            fastest = min(times.values())
+            best.append(rule / fastest)
+            own = times.get(library[rec["op"]])
+            if own:
+                lib.append(rule / own)
+            if rule / fastest > limit:
+                winner = min(times, key=lambda name: times[name])
+                slow.append((rule / fastest, rec["key"], rec["rule"], rule, winner, fastest))
+        print(f"{path}: {run.get('cpu', {}).get('name', '?')}, {run.get('isa', '?')}: {len(best)} configurations "
+              f"with a timed rules' choice")
+        if best:
+            print(f"  rules / fastest: geomean {math.exp(sum(map(math.log, best)) / len(best)):.3f}, "
+                  f"worst {max(best):.2f}; above {limit}: {len(slow)}")
+        if lib:
+            print(f"  rules / library op: geomean {math.exp(sum(map(math.log, lib)) / len(lib)):.3f}, "
+                  f"worst {max(lib):.2f}, {sum(r > 1.1 for r in lib)} above 1.10")
+        for ratio, key, rule_name, rule_us, winner, fastest in sorted(slow, reverse=True):
+            print(f"  {ratio:5.2f}x  {key}: {rule_name} {rule_us / 1000:.2f} ms, {winner} {fastest / 1000:.2f} ms")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("draw", help="print COUNT seeded random layers as --layers-json")
+    d.add_argument("--seed", type=int, default=1)
+    d.add_argument("--count", type=int, default=40)
+    r = sub.add_parser("report", help="the rules' choices against the fastest candidate, from tune --json files")
+    r.add_argument("paths", nargs="+")
+    r.add_argument("--limit", type=float, default=1.5, help="list configurations slower than this (default 1.5)")
+    args = parser.parse_args(argv)
+    if args.command == "draw":
+        rng = np.random.default_rng(args.seed)
+        layers = [draw_layer(rng, args.seed, i) for i in range(args.count)]
+        print("[\n" + ",\n".join(json.dumps(layer) for layer in layers) + "\n]")
+        return 0
+    return report(args.paths, args.limit)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

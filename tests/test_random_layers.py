@@ -1,0 +1,61 @@
+"""benchmarks/random_layers.py: seeded layers the tuner accepts, and the report of what the
+rules' choices cost on them (from tuning records: no timing here)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from helpers import benchmark_script
+
+from onednn_convt import tune
+
+
+def test_drawn_layers_are_seeded_valid_and_bounded(tmp_path, capsys):
+    gen = benchmark_script("random_layers")
+    assert gen.main(["draw", "--seed", "7", "--count", "60"]) == 0
+    text = capsys.readouterr().out
+    assert gen.main(["draw", "--seed", "7", "--count", "60"]) == 0
+    assert capsys.readouterr().out == text  # the seed decides every layer
+    path = tmp_path / "layers.json"
+    path.write_text(text)
+    layers = tune.layers_from_json(path)  # each one a valid problem the tuner takes
+    assert len(layers) == 60 and len({x.name for x in layers}) == 60
+    assert all(x.name.startswith("s7r") for x in layers)  # seeds' layers merge without clashes
+    for x in layers:
+        out = [(s - 1) * x.stride + k - 2 * x.pad for s, k in zip(x.spatial, x.kernel)]
+        # the square size is bounded; a non-square input (halved and doubled sides) a little over
+        assert x.n * max(x.ic, x.oc) * max(math.prod(x.spatial), math.prod(out)) <= 1.1 * gen.MAX_ELEMENTS, x
+        assert 1 <= len(x.spatial) <= 3 and x.ic % x.groups == 0 and x.oc % x.groups == 0
+    kinds = {x.name.split("-")[2] for x in layers}
+    assert kinds == {"dense", "grouped", "depthwise", "one"}  # "one-out" / "one-in"
+    other = [layer["name"] for layer in gen_layers(gen, 8, 60)]
+    assert other != [x.name for x in layers]
+
+
+def gen_layers(gen, seed, count):
+    rng = np.random.default_rng(seed)
+    return [gen.draw_layer(rng, seed, i) for i in range(count)]
+
+
+def test_the_report_divides_the_rules_time_by_the_fastest_and_the_library_ops(tmp_path, capsys):
+    gen = benchmark_script("random_layers")
+
+    def record(key, op, rule, times):
+        return {"key": key, "op": op, "rule": rule, "times_us": times}
+
+    run = {"cpu": {"name": "Zen9"}, "isa": "avx2", "records": [
+        record("custom/a/fwd/f32/NCX", "fwd", "Polyphase", {"Polyphase": 300.0, "ConvTranspose": 100.0}),
+        record("custom/a/bwd_d/f32/NCX", "bwd_d", "Convolution",
+               {"Convolution": 100.0, "ConvTransposeBackwardData": 200.0, "MatMul (tiles)": 100.0}),
+        {"key": "custom/a/bwd_w/f32/NCX", "op": "bwd_w", "chosen": None},  # one candidate: not counted
+    ]}
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(run))
+    assert gen.main(["report", str(path), "--limit", "2.5"]) == 0
+    out = capsys.readouterr().out
+    assert "Zen9, avx2: 2 configurations" in out
+    assert f"rules / fastest: geomean {math.sqrt(3.0):.3f}, worst 3.00; above 2.5: 1" in out
+    assert f"rules / library op: geomean {math.sqrt(1.5):.3f}, worst 3.00, 1 above 1.10" in out
+    assert "3.00x  custom/a/fwd/f32/NCX: Polyphase 0.30 ms, ConvTranspose 0.10 ms" in out
