@@ -669,3 +669,13 @@ def test_bench_times_the_layers_of_a_file(tmp_path) -> None:
                                    "groups": 3}]))
     code, _, stderr = _bench_main(["bench", "--layers-json", str(layers), "--out", str(tmp_path)])
     assert code == 2 and "bench: --layers-json" in stderr and "divisible by groups" in stderr
+
+
+def test_result_files_keep_no_machine_paths() -> None:
+    """The run's argv as recorded: a file or folder option's value cut to its last part."""
+    from onednn_convt.bench.cli import _without_paths
+
+    argv = ["--layers-json", "/home/me/layers.json", "--out=/tmp/x/results/", "--compare", "old/run.json",
+            "--suite", "tiny", "--name", "a/b"]
+    assert _without_paths(argv) == ["--layers-json", "layers.json", "--out=results", "--compare", "run.json",
+                                    "--suite", "tiny", "--name", "a/b"]

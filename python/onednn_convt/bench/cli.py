@@ -166,8 +166,26 @@ def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[st
         **(peers.torch_versions() if not args.no_torch else {"torch": None, "torch_onednn": None}),
         "cpus": timing.cpu_count(), "cpu_model": cpu.detect().name,
         "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "argv": sys.argv[1:], "autotune": bool(getattr(args, "autotune", False)),
+        "argv": _without_paths(sys.argv[1:]), "autotune": bool(getattr(args, "autotune", False)),
     }
+
+
+#: the options whose values are files or folders
+PATH_OPTIONS = ("--out", "--layers-json", "--compare")
+
+
+def _without_paths(argv: list[str]) -> list[str]:
+    """``argv`` with each file or folder option's value cut to its last component: no
+    machine paths in the result files."""
+    out = []
+    for i, arg in enumerate(argv):
+        option, eq, value = arg.partition("=")
+        if eq and option in PATH_OPTIONS:
+            arg = f"{option}={os.path.basename(value.rstrip('/')) or value}"
+        elif i > 0 and argv[i - 1] in PATH_OPTIONS:
+            arg = os.path.basename(arg.rstrip("/")) or arg
+        out.append(arg)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
