@@ -168,6 +168,7 @@ def test_compare_with_itself(tiny_run: dict) -> None:
                                      '{"results": [{"key": "k", "median_ms": "3"}]}',
                                      '{"results": [{"key": 7, "median_ms": 3}]}',
                                      '{"results": [{"key": "k", "median_ms": NaN}]}',
+                                     '{"results": [{"key": "k", "median_ms": 1' + '0' * 400 + '}]}',
                                      '{"meta": [], "results": [{"key": "k", "median_ms": 1}]}',
                                      b"\xff\xfe{\x00}\x00", None, "/dev/zero"])
 def test_compare_rejects_what_it_cannot_compare(tmp_path, content) -> None:

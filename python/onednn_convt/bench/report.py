@@ -427,8 +427,15 @@ def _comparable(result: Any) -> bool:
     if not isinstance(result, dict) or not isinstance(result.get("key"), str):
         return False
     median = result.get("median_ms")
-    return median is None or (isinstance(median, (int, float)) and not isinstance(median, bool)
-                               and math.isfinite(median) and median > 0)
+    if median is None:
+        return True
+    if isinstance(median, bool) or not isinstance(median, (int, float)):
+        return False
+    try:
+        value = float(median)
+    except OverflowError:  # an integer past a float's range
+        return False
+    return math.isfinite(value) and value > 0
 
 
 def compare(old: dict[str, Any], records: Sequence[Record]) -> str:
