@@ -663,6 +663,8 @@ def test_bench_times_the_layers_of_a_file(tmp_path) -> None:
                                         "--no-chart", "--out", str(tmp_path), "--name", "mine"])
     assert code == 0, stdout + stderr
     rows = json.loads((tmp_path / "mine.json").read_text())["results"]
+    code, _, stderr = _bench_main(["bench", "--layers-json", str(layers), "--suite", "step", "--out", str(tmp_path)])
+    assert code == 2 and "--layers-json" in stderr and "step" in stderr  # not silently the step suite
     assert sorted(r["key"] for r in rows) == sorted(f"custom/up/{op}/f32/{fmt}" for op in suites.OPS
                                                     for fmt in suites.FORMATS)
     assert all(r["ref_err"] < 1e-5 and r["median_ms"] > 0 for r in rows), rows

@@ -206,6 +206,10 @@ def run(args: argparse.Namespace) -> int:
         print(unwritable, file=sys.stderr)
         return 2
     alone = [s for s in args.suite if s in ALONE]
+    if alone and args.layers_json is not None:
+        print(f"bench: --layers-json times the file's layers; the {alone[0]} suite runs alone (drop one of them)",
+              file=sys.stderr)
+        return 2
     if alone:
         if len(args.suite) > 1:
             print(f"bench: the {alone[0]} suite runs alone (--suite {alone[0]})", file=sys.stderr)
@@ -315,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         print(report.compare(old, records))
 
     args.out.mkdir(parents=True, exist_ok=True)
-    base = args.name or "-".join(args.suite)
+    base = args.name or ("custom" if args.layers_json is not None else "-".join(args.suite))
     doc = {"meta": meta, "peak": peak, "options": vars(opts), "elapsed_s": time.perf_counter() - start,
            "results": records, "targets": items}
     report.write_json(doc, args.out / f"{base}.json")
