@@ -78,8 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write the choices and every candidate's time to this JSON file")
 
 
-def layers_from_json(path: Path) -> list[suites.Layer]:
-    """The layers of a ``--layers-json`` file.
+def layers_from_json(path: Path, command: str = "tune") -> list[suites.Layer]:
+    """The layers of a ``--layers-json`` file of ``command`` (named in the messages).
 
     Raises:
         ValueError: the file is not a JSON list of layer objects, or a layer is not a valid
@@ -98,12 +98,13 @@ def layers_from_json(path: Path) -> list[suites.Layer]:
             for d in items
         ]
     except (OSError, ValueError, TypeError, KeyError, RecursionError) as e:
-        msg = f"tune: --layers-json {path}: expected a JSON list of layers (name, n, ic, oc, spatial, kernel), got {e!r}"
+        msg = (f"{command}: --layers-json {path}: expected a JSON list of layers (name, n, ic, oc, spatial, "
+               f"kernel), got {e!r}")
         raise ValueError(msg) from None
     for layer in layers:
         why = _layer_problem(layer)
         if why:
-            raise ValueError(f"tune: --layers-json {path}: layer {layer.name!r}: {why}")
+            raise ValueError(f"{command}: --layers-json {path}: layer {layer.name!r}: {why}")
     return layers
 
 

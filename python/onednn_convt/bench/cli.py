@@ -232,9 +232,9 @@ def run(args: argparse.Namespace) -> int:
         from ..tune import layers_from_json
 
         try:
-            layers = layers_from_json(args.layers_json)
+            layers = layers_from_json(args.layers_json, "bench")
         except ValueError as e:
-            print(str(e).replace("tune:", "bench:", 1), file=sys.stderr)
+            print(e, file=sys.stderr)
             return 2
         configs = suites.configs("custom", args.ops, args.dtypes, args.formats, False, args.layers, args.bias,
                                  custom=layers)
