@@ -25,9 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from typing import Any
 
 import numpy as np
+
+from onednn_convt.bench import suites
 
 #: (kernel, stride, pad) of up-sampling and same-size layers, per rank
 GEOMETRIES = {
@@ -84,7 +87,7 @@ def draw_layer(rng: np.random.Generator, seed: int, index: int) -> dict[str, Any
 
 def report(paths: list[str], limit: float) -> int:
     """Print each run's ratios (see the module docstring)."""
-    library = {"fwd": "ConvTranspose", "bwd_d": "ConvTransposeBackwardData", "bwd_w": "ConvTransposeBackwardWeights"}
+    library = {key: name for name, key in suites.OP_ALIASES.items()}  # each op's own library op
     for path in paths:
         with open(path, encoding="utf-8") as f:
             run = json.load(f)
@@ -105,10 +108,10 @@ def report(paths: list[str], limit: float) -> int:
         print(f"{path}: {run.get('cpu', {}).get('name', '?')}, {run.get('isa', '?')}: {len(best)} configurations "
               f"with a timed rules' choice")
         if best:
-            print(f"  rules / fastest: geomean {math.exp(sum(map(math.log, best)) / len(best)):.3f}, "
+            print(f"  rules / fastest: geomean {statistics.geometric_mean(best):.3f}, "
                   f"worst {max(best):.2f}; above {limit}: {len(slow)}")
         if lib:
-            print(f"  rules / library op: geomean {math.exp(sum(map(math.log, lib)) / len(lib)):.3f}, "
+            print(f"  rules / library op: geomean {statistics.geometric_mean(lib):.3f}, "
                   f"worst {max(lib):.2f}, {sum(r > 1.1 for r in lib)} above 1.10")
         for ratio, key, rule_name, rule_us, winner, fastest in sorted(slow, reverse=True):
             print(f"  {ratio:5.2f}x  {key}: {rule_name} {rule_us / 1000:.2f} ms, {winner} {fastest / 1000:.2f} ms")
