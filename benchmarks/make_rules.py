@@ -69,7 +69,7 @@ def record_layer(record: dict[str, Any]) -> suites.Layer | None:
     """The layer a tuning record measured: the suite layer its key names, or for a layer of
     ``tune --layers-json`` (suite ``custom``) the shape the record carries; None if neither."""
     shape = record.get("layer")
-    if record["key"].startswith("custom/") and isinstance(shape, dict):
+    if record["key"].split("/")[0] == suites.CUSTOM and isinstance(shape, dict):
         return suites.Layer(name=record["key"].split("/")[1], n=shape["n"], ic=shape["ic"], oc=shape["oc"],
                             spatial=tuple(shape["spatial"]), kernel=tuple(shape["kernel"]), stride=shape["stride"],
                             pad=shape["pad"], groups=shape["groups"])
@@ -102,8 +102,19 @@ def measured_layers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({"layer": "/".join(r["key"].split("/")[:2]), "op": OPS[r["op"]], "dtype": r["dtype"],
                     "data_format": r["data_format"], "n": lay.n, "ic": lay.ic, "oc": lay.oc, "groups": lay.groups,
                     "src": list(lay.spatial), "kernel": list(lay.kernel), "strides": [lay.stride] * len(lay.kernel),
-                    "ratios": {n: round(t / best, 4) for n, t in sorted(times.items())}})
+                    "ratios": {n: round(t / best, 4) for n, t in sorted(times.items())},
+                    **({} if record_chooses_phases(r) else {"phases": False})})
     return sorted(out, key=lambda m: (m["op"], m["dtype"], m["data_format"], m["layer"]))
+
+
+def record_chooses_phases(record: dict[str, Any]) -> bool:
+    """Whether a record's layer chooses the lowerings of polyphase phases (as
+    :attr:`onednn_convt.lowering.rules_table.Measured.phases`): a suite layer does, a layer of
+    ``tune --layers-json`` does not. The suites' polyphase times, and their bench figures,
+    were measured with the phases the suite layers chose; a user's or a random layer, nearer
+    to some phase, would choose it anew, untimed (:meth:`Table.choose
+    <onednn_convt.lowering.rules_table.Table.choose>`)."""
+    return record["key"].split("/")[0] != suites.CUSTOM
 
 
 def record_times(record: dict[str, Any]) -> dict[str, float]:

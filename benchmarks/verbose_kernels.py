@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def config(key: str) -> Any:
         suite, layer, op, dt, fmt = key.split("/")
-        if suite == "custom":
+        if suite == suites.CUSTOM:
             from onednn_convt.tune import layers_from_json
 
             mine = [x for x in layers_from_json(args.layers_json) if x.name == layer] if args.layers_json else []

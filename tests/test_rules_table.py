@@ -5,6 +5,7 @@ hand-written fallback where the table cannot say."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -272,6 +273,38 @@ def test_a_layer_of_the_problems_shape_decides_alone():
     assert rules_table.Table("t", "t", "t", {}, layers=(*outvoting, here)).choose(p, ["B", "C"]) == "B"
     twin = _measured("here-padded", {"A": 1.5, "B": 1.0})  # A: log 1.5 / 2 = 0.203, B: log 1.2 / 2 = 0.091
     assert rules_table.Table("t", "t", "t", {}, layers=(*outvoting, here, twin)).choose(p, ["A", "B"]) == "B"
+
+
+def test_phases_are_chosen_by_the_layers_that_choose_phases(monkeypatch):
+    """A layer marked ``"phases": false`` (a ``tune --layers-json`` layer) chooses for
+    problems, not for the stride-1 phases of a polyphase lowering: those keep the choices the
+    table's polyphase times were measured with."""
+    p = _fwd_problem(strides=(1, 1))
+    suite = _measured("suite", {"A": 1.0, "B": 1.5}, src=(8, 32), strides=(1, 1))
+    user = dataclasses.replace(_measured("user", {"A": 3.0, "B": 1.0}, strides=(1, 1)), phases=False)
+    table = rules_table.Table("t", "t", "t", {}, layers=(suite, user))
+    assert table.choose(p, ["A", "B"]) == "B"  # its own shape decides a problem
+    assert table.choose(p, ["A", "B"], phase=True) == "A"  # but not a phase
+    assert rules_table.Table("t", "t", "t", {}, layers=(user,)).choose(p, ["A", "B"], phase=True) is None
+    # the polyphase lowering asks for its phases as phases, the call itself as a call
+    asked = []
+    monkeypatch.setattr(rules, "measured", lambda q, names, phase=False: asked.append((q.geometry.strides, phase)))
+    strided = _fwd_problem()
+    lowering.build(strided, base.POLYPHASE)
+    assert asked and all(phase and set(st) == {1} for st, phase in asked)
+    asked.clear()
+    lowering.rule(strided)
+    assert asked == [((2, 2), False)]
+
+
+def test_the_phases_flag_is_read_strictly(tmp_path):
+    layer = {"layer": "custom/a", "op": FORWARD, "dtype": "f32", "data_format": "NCX", "n": 1, "ic": 2, "oc": 2,
+             "groups": 1, "src": [4], "kernel": [3], "strides": [1], "ratios": {"A": 1.0}}
+    doc = {"format": rules_table.FORMAT, "cpu": "c", "isa": "avx2", "layers": [layer]}
+    assert rules_table.parse(doc, "t").layers[0].phases
+    assert not rules_table.parse(doc | {"layers": [layer | {"phases": False}]}, "t").layers[0].phases
+    with pytest.raises(ValueError, match="rules table t: malformed"):
+        rules_table.parse(doc | {"layers": [layer | {"phases": "false"}]}, "t")
 
 
 def test_the_features_order_layers_by_shape():

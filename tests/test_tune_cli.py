@@ -76,6 +76,7 @@ def test_tune_layers_from_a_file(cache_dir, tmp_path):
     assert [(m.layer, m.dtype, m.data_format) for m in kept] == [("custom/up", dt, "NXC") for dt in timed]
     assert all((m.n, m.ic, m.oc, m.groups, m.src, m.kernel, m.strides) == (2, 8, 4, 1, (5, 5), (4, 4), (2, 2))
                for m in kept)
+    assert not any(m.phases for m in kept)  # they do not choose polyphase phases (a suite layer does)
 
 
 _GOOD = {"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4], "stride": 2, "pad": 1}

@@ -149,7 +149,7 @@ def configs(args: argparse.Namespace) -> list[suites.Config]:
     """The configurations the options name."""
     if args.layers_json is None:
         return suites.configs(args.suite, args.ops, args.dtypes, args.formats, args.skip_slow, args.layers)
-    return suites.configs("custom", args.ops, args.dtypes, args.formats, custom=layers_from_json(args.layers_json))
+    return suites.configs(suites.CUSTOM, args.ops, args.dtypes, args.formats, custom=layers_from_json(args.layers_json))
 
 
 def tune_config(cfg: suites.Config) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def tune_config(cfg: suites.Config) -> dict[str, Any]:
         "key": cfg.key, "op": cfg.op, "dtype": cfg.dtype, "data_format": cfg.data_format,
         "shape_class": lay.shape_class,
     }
-    if cfg.suite == "custom":  # no suite names it: its shape, for make_rules.py and rules_cv.py
+    if cfg.suite == suites.CUSTOM:  # no suite names it: its shape, for make_rules.py and rules_cv.py
         rec["layer"] = {"n": lay.n, "ic": lay.ic, "oc": lay.oc, "groups": lay.groups, "spatial": list(lay.spatial),
                         "kernel": list(lay.kernel), "stride": lay.stride, "pad": lay.pad}
     try:

@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(e, file=sys.stderr)
             return 2
-        configs = suites.configs("custom", args.ops, args.dtypes, args.formats, False, args.layers, args.bias,
+        configs = suites.configs(suites.CUSTOM, args.ops, args.dtypes, args.formats, False, args.layers, args.bias,
                                  custom=layers)
     else:
         configs = [c for s in args.suite for c in suites.configs(
@@ -319,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         print(report.compare(old, records))
 
     args.out.mkdir(parents=True, exist_ok=True)
-    base = args.name or ("custom" if args.layers_json is not None else "-".join(args.suite))
+    base = args.name or (suites.CUSTOM if args.layers_json is not None else "-".join(args.suite))
     doc = {"meta": meta, "peak": peak, "options": vars(opts), "elapsed_s": time.perf_counter() - start,
            "results": records, "targets": items}
     report.write_json(doc, args.out / f"{base}.json")

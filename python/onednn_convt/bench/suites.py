@@ -415,6 +415,9 @@ def _broad_holdout() -> list[Layer]:
 
 
 #: suite name -> its layers
+#: the suite name of a user's layers (``--layers-json``): in no suite's list
+CUSTOM = "custom"
+
 SUITES = {"models": _models, "tiny": _tiny, "sweep": _sweep, "broad": _broad, "broad-fit": _broad_fit,
           "broad-holdout": _broad_holdout}
 
@@ -446,7 +449,7 @@ def configs(
     ops, dtypes_, formats = list(ops), list(dtypes_), list(formats)
     wanted = None if layer_names is None else set(layer_names)
     if custom is not None:
-        suite = "custom"
+        suite = CUSTOM
     out = []
     for lay in layers(suite) if custom is None else custom:
         if (skip_slow and lay.slow) or (wanted is not None and lay.name not in wanted):

@@ -56,16 +56,17 @@ def candidates(p: Problem, *, native: bool = False) -> list[str]:
     return [chosen] + [n for n in names if n != chosen]
 
 
-def rule(p: Problem, *, native: bool = False) -> str:
+def rule(p: Problem, *, native: bool = False, phase: bool = False) -> str:
     """The lowering that runs ``p`` when autotuning is off: the measured table's choice
     (:func:`onednn_convt.lowering.rules.measured`) where it has one that can run ``p``,
     else the hand-written rules' (:func:`onednn_convt.lowering.rules.fallback`).
-    ``native`` as for :func:`candidates`."""
-    return _choose(p, _valid(p, native))
+    ``native`` as for :func:`candidates`; ``phase``: ``p`` is a phase of a polyphase
+    lowering (chosen for by the table's layers that choose phases)."""
+    return _choose(p, _valid(p, native), phase)
 
 
-def _choose(p: Problem, names: list[str]) -> str:
-    chosen = rules.measured(p, names)
+def _choose(p: Problem, names: list[str], phase: bool = False) -> str:
+    chosen = rules.measured(p, names, phase=phase)
     if chosen not in names:
         chosen = rules.fallback(p)
     assert chosen in names, (chosen, names)
@@ -110,7 +111,7 @@ def build(p: Problem, name: str) -> Lowering:
     """The lowering called ``name`` (one of :func:`candidates`) of ``p``."""
     small = rules.single_threaded(p)
     if name == POLYPHASE:  # each phase's stride-1 problem lowered by the rules
-        return replace(polyphase.build(p, lambda sub: build(sub, rule(sub, native=True))), single_thread=small)
+        return replace(polyphase.build(p, lambda sub: build(sub, rule(sub, native=True, phase=True))), single_thread=small)
     if name == POLYPHASE + IN_F32:  # the f32 problem's phases, its inputs converted once
         return replace(build(replace(p, dtype="f32"), POLYPHASE), f32_only=True, name=name)
     if name == CHANNELS_LAST:

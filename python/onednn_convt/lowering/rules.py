@@ -83,14 +83,14 @@ def report() -> dict[str, str | None]:
             "fallback_measured_on": RULES_MEASURED_ON}
 
 
-def measured(p: Problem, names: Sequence[str]) -> str | None:
+def measured(p: Problem, names: Sequence[str], *, phase: bool = False) -> str | None:
     """The measured table's choice for ``p`` on this CPU among ``names`` (the lowerings that
-    can run it; :meth:`onednn_convt.lowering.rules_table.Table.choose`), or None where it
-    has none."""
+    can run it; :meth:`onednn_convt.lowering.rules_table.Table.choose`; ``phase``: ``p`` is
+    a polyphase phase), or None where it has none."""
     chosen, _ = table()
     if chosen is None:
         return None
-    return chosen.choose(p, names)
+    return chosen.choose(p, names, phase=phase)
 
 
 #: the dispatch ISA on which the fallback rules below were measured (an AMD Zen4, 2 threads): on

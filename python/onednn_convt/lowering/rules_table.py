@@ -59,6 +59,8 @@ class Measured:
             :class:`onednn_convt.problem.Problem`).
         ratios: each candidate lowering that ran it (refused or wrong ones left out), its
             time over the fastest one's (1.0: the fastest).
+        phases: whether it chooses the lowerings of polyphase phases too (the JSON's
+            ``"phases": false`` where not: see :meth:`Table.choose`).
     """
 
     layer: str
@@ -73,6 +75,7 @@ class Measured:
     kernel: tuple[int, ...]
     strides: tuple[int, ...]
     ratios: dict[str, float]
+    phases: bool = True
 
     @property
     def shape(self) -> tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
@@ -115,7 +118,7 @@ class Table:
         return (f"measured on {p.get('cpu_name', self.cpu)} at {self.isa}, oneDNN {p.get('onednn', '?')}, "
                 f"{p.get('threads', '?')} threads, {p.get('date', '?')}, suites {', '.join(p.get('suites', []))}")
 
-    def choose(self, p: problem.Problem, names: Sequence[str]) -> Optional[str]:
+    def choose(self, p: problem.Problem, names: Sequence[str], *, phase: bool = False) -> Optional[str]:
         """The lowering of ``names`` (those that can run ``p``) that ran fastest on the
         measured layers nearest to ``p``, or None where the table cannot say.
 
@@ -128,6 +131,13 @@ class Table:
         was not measured (it did not apply, or was refused); the lowest score wins.
         A table of classes (the default): its entry for ``p``'s class.
 
+        ``phase``: ``p`` is a phase of a polyphase lowering, chosen for among the measured
+        layers that choose phases alone (:attr:`Measured.phases`). A polyphase time in a
+        table was measured with the phases lowered as the table then chose; layers added
+        later (``make_rules.py`` adds those of ``tune --layers-json`` so) must not move those
+        choices: on an AMD Zen3, 120 random layers in the Zen3 table chose anew the phases of
+        7 of the suites' 780 configurations, and all 7 ran slower (1.07-3.5x).
+
         A grouped 3-D problem that oneDNN 3.2 runs on its gemm convolution
         (:attr:`onednn_convt.problem.Problem.gemm_grouped`) is chosen for only by measured
         layers of that kind; a table with none (the classes do not tell them apart) says
@@ -138,7 +148,8 @@ class Table:
             chosen = self.entries.get((p.op, p.dtype, p.data_format, p.shape_class))
             return chosen if chosen in names else None
         shape = (p.n, p.ic, p.oc, p.groups, p.src, p.kernel, p.geometry.strides)
-        return nearest_choice(self.layers, (p.op, p.dtype, p.data_format), shape, p.features, names)
+        layers = [m for m in self.layers if m.phases] if phase else self.layers
+        return nearest_choice(layers, (p.op, p.dtype, p.data_format), shape, p.features, names)
 
 
 def nearest_choice(layers: Sequence[Measured], config: tuple[str, str, str],
@@ -169,6 +180,12 @@ def _ints(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
 def parse(data: Any, name: str) -> Table:
     """The table in a file's JSON ``data``; ValueError where it is not one."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -187,7 +204,8 @@ def parse(data: Any, name: str) -> Table:
         layers = tuple(
             Measured(str(m["layer"]), str(m["op"]), str(m["dtype"]), str(m["data_format"]), int(m["n"]),
                      int(m["ic"]), int(m["oc"]), int(m["groups"]), _ints(m["src"]), _ints(m["kernel"]),
-                     _ints(m["strides"]), {str(k): float(v) for k, v in m["ratios"].items()})
+                     _ints(m["strides"]), {str(k): float(v) for k, v in m["ratios"].items()},
+                     _flag(m.get("phases", True)))
             for m in data.get("layers", [])
         )
         for m in layers:
