@@ -71,11 +71,11 @@ def _force_lowerings() -> None:
 
     rules_choice = lowering.rule
 
-    def rule(problem: Any, *, native: bool = False) -> str:
+    def rule(problem: Any, *, native: bool = False, phase: bool = False) -> str:
         chosen = _forced["name"]
-        if chosen and chosen in lowering.candidates(problem, native=native):
+        if chosen and not phase and chosen in lowering.candidates(problem, native=native):
             return chosen
-        return rules_choice(problem, native=native)
+        return rules_choice(problem, native=native, phase=phase)
 
     lowering.rule = rule  # type: ignore[assignment]  # every op object made below asks it
 

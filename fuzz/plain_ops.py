@@ -106,7 +106,7 @@ def drawn_lowerings(salt: int) -> Iterator[None]:
     (repeatable in another process: no Python string hash)."""
     rule = lowering.rule
 
-    def drawn(p: Any, native: bool = False) -> str:
+    def drawn(p: Any, native: bool = False, phase: bool = False) -> str:
         names = lowering.candidates(p, native=native)
         return names[zlib.crc32(f"{salt} {p!r} {native}".encode()) % len(names)]
 

@@ -516,7 +516,7 @@ def test_native_loop_runs_every_phase_of_a_polyphase_plan(op: str, fmt: str, cod
     from onednn_convt.lowering import base, polyphase
 
     name = base.POLYPHASE if code == "f32" else base.POLYPHASE + lowering.IN_F32
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: name if polyphase.fits(p) and p.dtype == code
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: name if polyphase.fits(p) and p.dtype == code
                         else lowering.candidates(p)[0])
     layer = suites.Layer("t", 2, 8, 6, (5, 4), (3, 4), 2, 1)
     case = suites.Config("test", layer, op, code, fmt).build()

@@ -93,7 +93,7 @@ def test_core_adds_the_bias_of_a_small_result_computed_in_f32(shape, data_format
     assert names, "no library op computed in f32"
     real_rule = lowering.rule
     for name in names:
-        monkeypatch.setattr(lowering, "rule", lambda p, native=False: name + lowering.IN_F32 if p.dtype == code
+        monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: name + lowering.IN_F32 if p.dtype == code
                             else name if p.dtype == "f32" else real_rule(p, native=native))
         for b in (longer[::2], np.ascontiguousarray(longer[:6])):
             op = oc.ConvTranspose(**attrs)
@@ -159,7 +159,7 @@ def test_polyphase_bias_in_the_phases_or_after_them(code, large, data_format, gr
     from onednn_convt import lowering
     from onednn_convt.lowering import base, polyphase
 
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.POLYPHASE if polyphase.applies(p) else
                         lowering.candidates(p)[0])
     if large:
         monkeypatch.setattr(forward, "HOST_BIAS_ELEMENTS", 0)
@@ -200,7 +200,7 @@ def test_polyphase_of_forward_convolutions_keeps_the_bias_in_them(code, data_for
     from onednn_convt.lowering import base, polyphase
 
     rule = lowering.rule
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.POLYPHASE if polyphase.applies(p) else
                         rule(p, native=native))
     monkeypatch.setattr(forward, "HOST_BIAS_ELEMENTS", 0)
     rng = np.random.default_rng(8)

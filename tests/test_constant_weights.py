@@ -220,7 +220,7 @@ import numpy as np, onednn_convt as oc
 from onednn_convt import lowering
 from onednn_convt.lowering import base, polyphase
 rule = lowering.rule  # every strided problem as phases, whatever this CPU's table says
-lowering.rule = lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else rule(p, native=native)
+lowering.rule = lambda p, native=False, phase=False: base.POLYPHASE if polyphase.applies(p) else rule(p, native=native)
 x = np.ones((2, 6, 5, 48), np.float32)  # NXC
 w = np.ones((3, 3, 40, 48), np.float32)  # XOI
 op = oc.ConvTranspose(strides=2)

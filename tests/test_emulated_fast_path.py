@@ -48,7 +48,7 @@ def code(request, monkeypatch) -> str:
     calls run as the hand-written rules choose (one library op, Convolution forms in NXC),
     not as this CPU's measured table does (which may pick a polyphase or channels-last form:
     several plans, not the one this file tests)."""
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: lowering.rules.fallback(p))
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: lowering.rules.fallback(p))
     if request.param == "f16" and emulated_dtype() != np.float16:
         pytest.skip("f16 has a native kernel on this CPU")
     if request.param == "bf16":

@@ -51,7 +51,7 @@ def flipped_rule(monkeypatch: pytest.MonkeyPatch) -> None:
 
     rule = lowering.rule
 
-    def flipped_first(p: Any, native: bool = False) -> str:
+    def flipped_first(p: Any, native: bool = False, phase: bool = False) -> str:
         if p.op == "ConvTranspose" and base.FLIPPED_CONVOLUTION in lowering.candidates(p, native=native):
             return base.FLIPPED_CONVOLUTION
         return rule(p, native=native)
@@ -214,7 +214,7 @@ def test_stride_one_runs_the_rules_deconvolution_then_the_rest(monkeypatch: pyte
     from onednn_convt import lowering
 
     real = lowering.rule
-    monkeypatch.setattr(lowering, "rule", lambda problem, native=False: (
+    monkeypatch.setattr(lowering, "rule", lambda problem, native=False, phase=False: (
         rule if problem.op == "ConvTranspose" else real(problem, native=native)))
     rng = np.random.default_rng(groups)
     c, dt = 3 * groups, DTYPES[code]
@@ -273,7 +273,7 @@ def test_the_staged_op_is_the_plain_calls(monkeypatch, rule: str, core: str, cod
     from onednn_convt import lowering
 
     real = lowering.rule
-    monkeypatch.setattr(lowering, "rule", lambda problem, native=False: (
+    monkeypatch.setattr(lowering, "rule", lambda problem, native=False, phase=False: (
         rule if any(s > 1 for s in problem.geometry.strides) else real(problem, native=native)))
     src, w, b = inputs(data_format, code)
     attrs = dict(**ATTRS, **formats(data_format))
@@ -998,7 +998,7 @@ def tiles_rule(monkeypatch: pytest.MonkeyPatch) -> None:
 
     rule = lowering.rule
 
-    def tiles_first(p: Any, native: bool = False) -> str:
+    def tiles_first(p: Any, native: bool = False, phase: bool = False) -> str:
         g = p.geometry
         if p.op == "ConvTranspose" and matmul_tiles.applies(p.kernel, *g.astuple(), p.groups, p.output_padding):
             return base.TILES

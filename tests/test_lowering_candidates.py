@@ -159,7 +159,7 @@ def test_channels_last_runs_the_nxc_op_between_reorders(monkeypatch: pytest.Monk
     cfg = Config(src=(5, 6), kernel=(3, 3), strides=2, pads_begin=1, pads_end=0, ic=6, oc=4, groups=2, bias=True,
                  name="2d_channels_last")
     rule = lowering.rule
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: (
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: (
         base.CHANNELS_LAST if base.CHANNELS_LAST in lowering.candidates(p, native=native) else rule(p, native=native)))
     arrays = inputs_of(op, cfg.tensors(np.random.default_rng(3), code), cfg)
     instance = op_of(op, cfg)

@@ -267,7 +267,7 @@ def test_estimate_matches_the_bytes_a_call_allocates(make, inputs, monkeypatch, 
     """The MemoryError figure is what tracemalloc sees the call allocate (NumPy buffers), to
     within the library's own working copies, which NumPy does not see."""
     if "channels-last" in request.node.name:
-        monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.CHANNELS_LAST)
+        monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.CHANNELS_LAST)
     for dtype in (np.float32, ml_dtypes.bfloat16, np.float16):
         op = make()
         a, b = (x.astype(dtype) for x in inputs[:2])

@@ -166,7 +166,7 @@ def test_polyphase_in_f32_is_the_f32_polyphase_rounded_once(op: str, code: str, 
     dt = oc.dtypes.FLOAT_DTYPES[code]
     problem = op_._problem([np.ones((1, 8, 4, 4), dt), np.ones((8, 4, 4, 4), dt), None], code)
     real_rule = lowering.rule
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: name if p.dtype == code else real_rule(p, native=native))
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: name if p.dtype == code else real_rule(p, native=native))
     op_(np.ones((1, 8, 4, 4), dt), np.ones((8, 4, 4, 4), dt))
     assert polyphase.applies_in_f32(problem)
     assert re.fullmatch(r"Polyphase \(4 phases, stride 1: .*\) \(f32 emulation\)", op_.lowering), op_.lowering
@@ -183,7 +183,7 @@ def test_phases_run_channels_last_where_the_rules_say(op: str, code: str, monkey
 
     real_rule = lowering.rule
 
-    def phases_channels_last(p, native=False):
+    def phases_channels_last(p, native=False, phase=False):
         if base.CHANNELS_LAST in lowering.candidates(p, native=native) and not polyphase.applies(p):
             return base.CHANNELS_LAST
         return real_rule(p, native=native)
@@ -201,7 +201,7 @@ def test_phases_run_channels_last_where_the_rules_say(op: str, code: str, monkey
         checked += 1
     assert checked >= 10 or code == "bf16", checked
     if op == "fwd" and code == "f32":  # and op.lowering says so
-        monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p)
+        monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.POLYPHASE if polyphase.applies(p)
                             else phases_channels_last(p, native))
         conv = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
         x, w = np.ones((1, 8, 4, 4), np.float32), np.ones((8, 4, 4, 4), np.float32)
@@ -261,7 +261,7 @@ def test_sixty_four_phases_match_the_reference(op: str, fmt: str, monkeypatch):
     (64 phases, two taps each, with pads) and a 3-D stride 4 with kernels below, at and above
     it (64 phases, some with no taps), through the op with the rules choosing polyphase,
     against the reference; one stride more (72 or 80 phases) has no polyphase form."""
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.POLYPHASE if polyphase.applies(p) else
                         lowering.candidates(p)[0])
     rng = np.random.default_rng(64)
     wf = "IOX" if fmt == "NCX" else "XOI"
@@ -301,7 +301,7 @@ def test_sixty_four_phases_match_the_reference(op: str, fmt: str, monkeypatch):
 
 def test_the_op_says_it_ran_polyphase(monkeypatch):
     """A tuned or ruled choice of the polyphase form shows in op.lowering with its phases."""
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.POLYPHASE if polyphase.applies(p) else
                         lowering.candidates(p)[0])
     x = np.ones((1, 8, 4, 4), np.float32)
     w = np.ones((8, 4, 4, 4), np.float32)
@@ -319,7 +319,7 @@ def test_a_result_past_the_limits_is_refused_before_it_is_allocated(monkeypatch)
     ValueError a plain call gives, with no allocation of the result either way. The phases
     run the library's own op, whatever this CPU's table would choose (under a default table
     a MatMul phase is within range, and its 32 GiB result is refused as a MemoryError)."""
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.POLYPHASE if polyphase.applies(p) else
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.POLYPHASE if polyphase.applies(p) else
                         base.CONV_TRANSPOSE)
     allocated = []
     real_empty = np.empty

@@ -255,7 +255,7 @@ def test_a_reshaping_matmul_runs_the_executor(monkeypatch, layout):
     from onednn_convt.lowering import base
     from onednn_convt.problem import FORWARD
 
-    monkeypatch.setattr(lowering, "rule", lambda p, native=False: base.TILES if p.op == FORWARD
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.TILES if p.op == FORWARD
                         else lowering.rules.fallback(p))
     spy = Spy(monkeypatch)
     fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
