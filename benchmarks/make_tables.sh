@@ -64,14 +64,19 @@ Z3=$R/zen3
 # (*_f32poly) replace the earlier records of the same configurations (--remeasured). So do the
 # runs of the two layers of 64 phases (k16 s8: centernet-ida8, fcn-up8), tuned twice, f32 and
 # bf16, when the polyphase lowering took up to 64 phases (*_phases64*; each candidate keeps the
-# higher of its two times).
+# higher of its two times). The 120 random layers of benchmarks/random_layers.py, seeds 1-3
+# (tune_random_sS, _again, _third: three passes, each candidate's middle time), choose for
+# calls but not for polyphase phases ("phases": false); seed 4 stays out, held out.
 $MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.json \
     $Z3/tune_broad_fit.json $Z3/tune_broad_holdout.json \
+    $Z3/tune_random_s1.json $Z3/tune_random_s1_again.json $Z3/tune_random_s1_third.json \
+    $Z3/tune_random_s2.json $Z3/tune_random_s2_again.json $Z3/tune_random_s2_third.json \
+    $Z3/tune_random_s3.json $Z3/tune_random_s3_again.json $Z3/tune_random_s3_third.json \
     --remeasured $Z3/tune_models_f32poly.json --remeasured $Z3/tune_broad_fit_f32poly.json \
     --remeasured $Z3/tune_broad_holdout_f32poly.json \
     --remeasured $Z3/tune_broad_fit_phases64.json --remeasured $Z3/tune_broad_fit_phases64_again.json \
     --remeasured $Z3/tune_broad_holdout_phases64.json --remeasured $Z3/tune_broad_holdout_phases64_again.json \
     --date 2026-11-28 \
-    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the two k16 s8 layers tuned again, twice, with up to 64 polyphase phases; the holdout half was added after the rules fitted without it had been checked on it"
+    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the two k16 s8 layers tuned again, twice, with up to 64 polyphase phases; the holdout half was added after the rules fitted without it had been checked on it; and 120 random layers (benchmarks/random_layers.py seeds 1-3, f32, tuned three times each: each candidate's middle time), which choose for problems but not for polyphase phases"
 
 $MAKE --default
