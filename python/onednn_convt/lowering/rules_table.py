@@ -77,12 +77,12 @@ class Measured:
     ratios: dict[str, float]
     phases: bool = True
 
-    @property
+    @functools.cached_property
     def shape(self) -> tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """batch, input and output channels, groups, src, kernel and strides."""
         return (self.n, self.ic, self.oc, self.groups, self.src, self.kernel, self.strides)
 
-    @property
+    @functools.cached_property
     def features(self) -> tuple[float, ...]:
         """:func:`onednn_convt.problem.features` of the layer."""
         return problem.features(self.kernel, self.strides, self.groups, self.ic, self.oc, self.src, self.n)
@@ -92,7 +92,7 @@ class Measured:
         """:func:`onednn_convt.problem.shape_class` of the layer."""
         return problem.shape_class(self.kernel, self.strides, self.groups, self.ic, self.oc, self.src, self.n)
 
-    @property
+    @functools.cached_property
     def gemm_grouped(self) -> bool:
         """:func:`onednn_convt.problem.gemm_grouped` of the layer."""
         return problem.gemm_grouped(len(self.kernel), self.groups, self.ic, self.oc)
@@ -148,8 +148,18 @@ class Table:
             chosen = self.entries.get((p.op, p.dtype, p.data_format, p.shape_class))
             return chosen if chosen in names else None
         shape = (p.n, p.ic, p.oc, p.groups, p.src, p.kernel, p.geometry.strides)
-        layers = [m for m in self.layers if m.phases] if phase else self.layers
+        layers = self._by_config.get((p.op, p.dtype, p.data_format, phase), ())
         return nearest_choice(layers, (p.op, p.dtype, p.data_format), shape, p.features, names)
+
+    @functools.cached_property
+    def _by_config(self) -> dict[tuple[str, str, str, bool], tuple[Measured, ...]]:
+        """The layers of each op, dtype and data format; with ``True``, those that choose
+        for phases (made once: a call's choice read 1,534 layers in the Zen3 table)."""
+        out: dict[tuple[str, str, str, bool], list[Measured]] = {}
+        for m in self.layers:
+            for phase in (False, True) if m.phases else (False,):
+                out.setdefault((m.op, m.dtype, m.data_format, phase), []).append(m)
+        return {k: tuple(v) for k, v in out.items()}
 
 
 def nearest_choice(layers: Sequence[Measured], config: tuple[str, str, str],
