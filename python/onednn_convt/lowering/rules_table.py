@@ -17,7 +17,10 @@ candidate's time over the fastest's::
 
 A problem of a measured layer's shape runs as that layer ran fastest; any other problem as
 its :data:`NEIGHBOURS` nearest measured layers of the same op, dtype and data format ran
-fastest (:meth:`Table.choose`, by :func:`onednn_convt.problem.features`).
+fastest (:meth:`Table.choose`, by :func:`onednn_convt.problem.features`). A layer of a
+``tune --layers-json`` run (a user's, or ``benchmarks/random_layers.py``'s) carries
+``"phases": false``: it chooses for problems, not for the stride-1 phases of a polyphase
+lowering.
 ``default.json`` (``"cpu": "default"``) is the conservative table for a CPU with none of its
 own, keyed by :func:`onednn_convt.problem.shape_class` instead (``"rules"``: the library's own
 op in the native dtype, except where another lowering won by a margin on every CPU measured,
