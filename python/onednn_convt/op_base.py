@@ -62,8 +62,9 @@ class Op:
             kinds = sorted({p.lowering.kind + ("+bias (core)" if p.lowering.host_bias is not None else "")
                             + (" in NXC, reordered" if p.lowering.name == lowering.base.CHANNELS_LAST else "")
                             for p in plan.plans if p is not None})
+            parts = "groups" if low.kind == lowering.base.PER_GROUP else "phases, stride 1"
             text = (f"{low.kind}{'+BiasAdd' if staged and plan.bias_axis is not None else ''} "
-                    f"({len(low.phases)} phases, stride 1: {', '.join(kinds) or 'the bias alone'})")
+                    f"({len(low.phases)} {parts}: {', '.join(kinds) or 'the bias alone'})")
         else:
             text = str(low.kind) + ("+BiasAdd: 2 partitions" if staged else "")
             text += "+bias (core)" if getattr(low, "host_bias", None) is not None else ""

@@ -8,7 +8,8 @@ package does the rest:
   :mod:`.backward_data`, :mod:`.backward_weights`), leaving out those a guard of
   :mod:`onednn_convt.guards` forbids on this CPU;
 - a strided problem also has its polyphase form (:mod:`.polyphase`: stride-1 ops on strided
-  views), each phase lowered by the rules; a bf16/f16 one also has it in f32
+  views), each phase lowered by the rules; a problem of 2-8 groups its per-group form
+  (:mod:`.per_group`: an ungrouped op per group on channel slices), for the tuner; a bf16/f16 one also has it in f32
   (``"Polyphase in f32"``: the inputs converted once, the f32 phases, the result rounded
   once), the polyphase form there is where the CPU has no native kernels for the dtype;
 - an NCX problem also has its channels-last form (:mod:`.channels_last`: the NXC problem's
@@ -31,8 +32,8 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
-from . import backward_data, backward_weights, channels_last, forward, polyphase, rules
-from .base import CHANNELS_LAST, MATMUL, POLYPHASE, Lowering
+from . import backward_data, backward_weights, channels_last, forward, per_group, polyphase, rules
+from .base import CHANNELS_LAST, MATMUL, PER_GROUP, POLYPHASE, Lowering
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
 
@@ -87,7 +88,23 @@ def _valid(p: Problem, native: bool) -> list[str]:
         names.append(POLYPHASE)
     if polyphase.applies_in_f32(p) and not native:
         names.append(POLYPHASE + IN_F32)
+    if per_group.applies(p):
+        names.append(PER_GROUP)
     return names
+
+
+#: the lowerings made of several ops (a part of one cannot be one of them)
+_PARTED = (POLYPHASE, POLYPHASE + IN_F32, PER_GROUP)
+
+
+def _part_rule(p: Problem) -> str:
+    """The lowering of ``p``, a part of a polyphase or per-group lowering: :func:`rule`'s
+    (``phase``), unless that is itself made of parts (a grouped stride-1 phase's per-group
+    form); then the rules' choice among the lowerings that run as one op."""
+    chosen = rule(p, native=True, phase=True)
+    if chosen not in _PARTED:
+        return chosen
+    return _choose(p, [n for n in _valid(p, True) if n not in _PARTED], phase=True)
 
 
 def _channels_last_names(q: Problem) -> list[str]:
@@ -111,7 +128,9 @@ def build(p: Problem, name: str) -> Lowering:
     """The lowering called ``name`` (one of :func:`candidates`) of ``p``."""
     small = rules.single_threaded(p)
     if name == POLYPHASE:  # each phase's stride-1 problem lowered by the rules
-        return replace(polyphase.build(p, lambda sub: build(sub, rule(sub, native=True, phase=True))), single_thread=small)
+        return replace(polyphase.build(p, lambda sub: build(sub, _part_rule(sub))), single_thread=small)
+    if name == PER_GROUP:  # each group's ungrouped problem lowered by the rules
+        return replace(per_group.build(p, lambda sub: build(sub, _part_rule(sub))), single_thread=small)
     if name == POLYPHASE + IN_F32:  # the f32 problem's phases, its inputs converted once
         return replace(build(replace(p, dtype="f32"), POLYPHASE), f32_only=True, name=name)
     if name == CHANNELS_LAST:

@@ -134,5 +134,7 @@ TILES = "MatMul (tiles)"
 SUBSAMPLED = "Convolution (subsampled)"
 ZERO_PADDED_TAPS = "Convolution (zero-padded taps)"
 POLYPHASE = "Polyphase"
+#: a grouped call as one ungrouped op per group (:mod:`.per_group`)
+PER_GROUP = "Per group"
 #: an NCX call run as its NXC problem between reorders (:mod:`.channels_last`)
 CHANNELS_LAST = "Channels-last"
