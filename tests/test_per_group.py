@@ -93,3 +93,31 @@ def test_the_op_says_it_ran_per_group(monkeypatch):
                                     weights_format="XOI")
     assert_close(got, want, "f32", 2 * 9)
     assert re.fullmatch(r"Per group \(4 groups: .*\)", op.lowering), op.lowering
+
+
+def test_a_part_is_never_parted_itself(monkeypatch):
+    """Where the rules would run a grouped stride-1 phase per group (or a strided group as
+    polyphase), the part runs as one op: a plan of parts does not nest (the plain fuzzer's
+    drawn lowerings once nested them, and the call failed)."""
+    real_rule = lowering.rule
+
+    def parted_first(p, native=False, phase=False):
+        names = lowering.candidates(p, native=native)
+        for name in (base.PER_GROUP, base.POLYPHASE):
+            if name in names:
+                return name
+        return real_rule(p, native=native, phase=phase)
+
+    monkeypatch.setattr(lowering, "rule", parted_first)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 8, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((8, 2, 4, 4)).astype(np.float32)
+    for name in (base.POLYPHASE, base.PER_GROUP):
+        op = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1, groups=4, data_format="NCX", weights_format="IOX")
+        problem = op._problem([x, w, None], "f32")
+        low = lowering.build(problem, name)
+        assert low.phases and all(ph.lowering is None or not ph.lowering.phases for ph in low.phases)
+        got = op._target().plan(low, [x, w, None], None, "f32").run([x, w, None], None)
+        want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), strides=2, pads_begin=1,
+                                        pads_end=1, groups=4, data_format="NCX", weights_format="IOX")
+        assert_close(got, want, "f32", 2 * 16)
