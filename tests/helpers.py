@@ -369,6 +369,18 @@ def assert_close(got: Any, ref: Any, code: str, reduction: int, what: str = "",
     )
 
 
+def assert_lowering_matches(instance: Any, low: Any, arrays: Sequence[Any], ref: Any, code: str, reduction: int,
+                            what: str = "") -> None:
+    """The op ``instance``'s plan of the lowering ``low`` on ``arrays``, allocated and into a
+    NaN-filled out=, within tolerance of ``ref``."""
+    got = instance._target().plan(low, arrays, None, code).run(arrays, None)
+    out = np.full(ref.shape, np.nan, got.dtype)
+    into = instance._target().plan(low, arrays, out, code).run(arrays, out)
+    assert into is out
+    for result in (got, into):
+        assert_close(result, ref, code, reduction, what)
+
+
 def rounded(x: np.ndarray, code: str) -> np.ndarray:
     """``x`` rounded to dtype ``code`` (what the op sees), returned as that dtype."""
     return np.asarray(x).astype(DTYPES[code])

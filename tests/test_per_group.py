@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import assert_close
+from helpers import assert_close, assert_lowering_matches, random_config
 
 import onednn_convt as oc
 from onednn_convt import lowering, reference
@@ -16,39 +16,23 @@ from onednn_convt.lowering import base, per_group
 
 
 def _random_call(rng: np.random.Generator, op: str, code: str):
-    rank = int(rng.integers(1, 4))
-    fmt, wf = str(rng.choice(["NCX", "NXC"])), str(rng.choice(["IOX", "XOI"]))
-    g = int(rng.choice([2, 3, 4, 8, 9]))
-    ic, oc_ = g * int(rng.integers(1, 6)), g * int(rng.integers(1, 6))
-    k = [int(rng.integers(1, 5)) for _ in range(rank)]
-    s = [int(rng.integers(1, 4)) for _ in range(rank)]
-    d = [int(rng.choice([1, 1, 2])) for _ in range(rank)]
-    pb, pe = [int(rng.integers(0, kk + 1)) for kk in k], [int(rng.integers(0, kk + 1)) for kk in k]
-    op_ = [int(rng.integers(0, ss)) if op == "fwd" else 0 for ss in s]
-    x = [int(rng.integers(1, 7)) for _ in range(rank)]
-    y = [ss * (xx - 1) + dd * (kk - 1) + 1 - a - b + o for xx, kk, ss, dd, a, b, o in zip(x, k, s, d, pb, pe, op_)]
-    if min(y) < 1:
+    """A random grouped call (helpers.random_config: ranks 1-3, strides, dilations, pads,
+    output_padding, depthwise among them): (op, arrays, reference, reduction length)."""
+    cfg = random_config(rng)
+    if cfg.groups < 2:
         return None
-    attrs = dict(strides=s, dilations=d, pads_begin=pb, pads_end=pe, groups=g, data_format=fmt, weights_format=wf)
-
-    def act(c, sp):
-        return (2, c, *sp) if fmt == "NCX" else (2, *sp, c)
-
-    ws = (ic, oc_ // g, *k) if wf == "IOX" else (*k, oc_ // g, ic)
-    dt = oc.dtypes.FLOAT_DTYPES[code]
-    src, w = rng.standard_normal(act(ic, x)).astype(dt), rng.standard_normal(ws).astype(dt)
-    b, dd_ = rng.standard_normal(oc_).astype(dt), rng.standard_normal(act(oc_, y)).astype(dt)
-    f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    t = cfg.tensors(rng, code)
     if op == "fwd":
-        bias = b if rng.random() < 0.5 else None
-        ref = reference.conv_transpose(f64(src), f64(w), None if bias is None else f64(bias), output_padding=op_,
-                                       **attrs)
-        return oc.ConvTranspose(output_padding=op_, **attrs), [src, w, bias], ref, ic // g * int(np.prod(k))
+        bias = t["bias"] if cfg.bias else None
+        ref = cfg.ref_forward(t["src"], t["weights"], bias)
+        return oc.ConvTranspose(**cfg.attrs()), [t["src"], t["weights"], bias], ref, cfg.fwd_reduction
     if op == "bwd_w":
-        ref = reference.conv_transpose_backward_weights(f64(src), f64(dd_), ws, **attrs)
-        return oc.ConvTransposeBackwardWeights(**attrs), [src, dd_, np.array(ws)], ref, 2 * int(np.prod(y))
-    ref = reference.conv_transpose_backward_data(f64(dd_), f64(w), **attrs)
-    return oc.ConvTransposeBackwardData(**attrs), [dd_, w], ref, oc_ // g * int(np.prod(k))
+        ref = cfg.ref_backward_weights(t["src"], t["diff_dst"])
+        op_ = oc.ConvTransposeBackwardWeights(**cfg.attrs("ConvTransposeBackwardWeights"))
+        return op_, [t["src"], t["diff_dst"], np.array(cfg.weights_shape)], ref, cfg.bwd_weights_reduction
+    ref = cfg.ref_backward_data(t["diff_dst"], t["weights"])
+    op_ = oc.ConvTransposeBackwardData(**cfg.attrs("ConvTransposeBackwardData"))
+    return op_, [t["diff_dst"], t["weights"]], ref, cfg.bwd_data_reduction
 
 
 @pytest.mark.parametrize("code", ["f32", "bf16"])
@@ -56,7 +40,7 @@ def _random_call(rng: np.random.Generator, op: str, code: str):
 def test_per_group_matches_the_reference(op: str, code: str):
     rng = np.random.default_rng({"fwd": 1, "bwd_d": 2, "bwd_w": 3}[op] + (10 if code == "bf16" else 0))
     checked = 0
-    for _ in range(120):
+    for _ in range(200):
         call = _random_call(rng, op, code)
         if call is None:
             continue
@@ -69,12 +53,7 @@ def test_per_group_matches_the_reference(op: str, code: str):
             continue
         low = lowering.build(problem, base.PER_GROUP)
         assert len(low.phases) == problem.groups
-        got = instance._target().plan(low, arrays, None, code).run(arrays, None)
-        out = np.full(ref.shape, np.nan, got.dtype)
-        into = instance._target().plan(low, arrays, out, code).run(arrays, out)
-        assert into is out
-        for result in (got, into):
-            assert_close(result, ref, code, reduction, f"{op} {code} {instance}")
+        assert_lowering_matches(instance, low, arrays, ref, code, reduction, f"{op} {code} {instance}")
         checked += 1
     bf16_native = oc.guards.dispatch_isa() in oc.guards.BF16_NATIVE
     assert checked >= 40 or (code == "bf16" and not bf16_native), checked

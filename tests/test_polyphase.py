@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import onednn_convt as oc
-from helpers import assert_close
+from helpers import assert_close, assert_lowering_matches
 from test_numerics import classes
 from onednn_convt import lowering, reference
 from onednn_convt.lowering import base, polyphase
@@ -125,12 +125,7 @@ def test_polyphase_matches_the_reference(op: str, code: str):
     and above the stride), allocated and into out= (NaN-filled), against the reference."""
     checked = 0
     for instance, arrays, ref, reduction, low, _ in _polyphase_calls({"fwd": 1, "bwd_w": 2, "bwd_d": 3}[op], op, code):
-        got = instance._target().plan(low, arrays, None, code).run(arrays, None)
-        out = np.full(ref.shape, np.nan, got.dtype)
-        into = instance._target().plan(low, arrays, out, code).run(arrays, out)
-        assert into is out
-        for result in (got, into):
-            assert_close(result, ref, code, reduction, f"{op} {code} {instance}")
+        assert_lowering_matches(instance, low, arrays, ref, code, reduction, f"{op} {code} {instance}")
         checked += 1
     bf16_native = oc.guards.dispatch_isa() in oc.guards.BF16_NATIVE
     assert checked >= 60 or (code == "bf16" and (op == "bwd_d" or not bf16_native)), checked
