@@ -61,8 +61,8 @@ def rule(p: Problem, *, native: bool = False, phase: bool = False) -> str:
     """The lowering that runs ``p`` when autotuning is off: the measured table's choice
     (:func:`onednn_convt.lowering.rules.measured`) where it has one that can run ``p``,
     else the hand-written rules' (:func:`onednn_convt.lowering.rules.fallback`).
-    ``native`` as for :func:`candidates`; ``phase``: ``p`` is a phase of a polyphase
-    lowering (chosen for by the table's layers that choose phases)."""
+    ``native`` as for :func:`candidates`; ``phase``: ``p`` is a part of a polyphase or
+    per-group lowering (chosen for by the table's layers that choose phases)."""
     return _choose(p, _valid(p, native), phase)
 
 

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, guards
 
 
 @dataclass
@@ -93,6 +93,13 @@ class Lowering:
         if emulated:
             args = [dtypes.to_f32(a) for a in args]
         return self.prepare(args) if self.prepare is not None else args
+
+
+def parts_native(dtype: str) -> bool:
+    """Whether a lowering of several library ops on views (polyphase, per group) runs in
+    ``dtype`` itself here: f32, or bf16 where the CPU has native bf16 kernels (each part
+    would convert its inputs to f32 otherwise)."""
+    return dtype == "f32" or (dtype == "bf16" and guards.dispatch_isa() in guards.BF16_NATIVE)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from .. import guards
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
 from . import base
 from .base import Lowering, Phase
@@ -39,7 +38,7 @@ def applies(p: Problem) -> bool:
     inputs to f32 otherwise)."""
     if not 2 <= p.groups <= MAX_GROUPS:
         return False
-    return p.dtype == "f32" or (p.dtype == "bf16" and guards.dispatch_isa() in guards.BF16_NATIVE)
+    return base.parts_native(p.dtype)
 
 
 def sub_problem(p: Problem) -> Problem:

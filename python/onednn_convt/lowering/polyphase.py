@@ -39,7 +39,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .. import guards
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Geometry, Problem
 from . import base, forward
 from .base import Lowering, Phase
@@ -117,7 +116,7 @@ def applies(p: Problem) -> bool:
         return False
     if p.op == BACKWARD_DATA:  # its phases are summed: in f32 only (bf16 would round each part)
         return p.dtype == "f32"
-    return p.dtype == "f32" or (p.dtype == "bf16" and guards.dispatch_isa() in guards.BF16_NATIVE)
+    return base.parts_native(p.dtype)
 
 
 def applies_in_f32(p: Problem) -> bool:
