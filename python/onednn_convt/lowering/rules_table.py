@@ -242,7 +242,8 @@ def _shipped() -> tuple[dict[tuple[str, str], Table], Optional[Table]]:
     tables: dict[tuple[str, str], Table] = {}
     default = None
     for path in sorted(DIRECTORY.glob("*.json")):
-        table = read(path)
+        table = _shipped_file(path.stem)
+        assert table is not None
         if table.cpu == DEFAULT_NAME:
             default = table
         else:
@@ -265,7 +266,24 @@ def default() -> Optional[Table]:
     """The conservative table of CPUs without one."""
     if DEFAULT is not None or not _use_shipped_default:
         return DEFAULT
-    return _shipped()[1]
+    return _shipped_file(DEFAULT_NAME)
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_file(stem: str) -> Optional[Table]:
+    """The shipped table in ``tables/<stem>.json``, read alone (a process reads the one
+    table that applies to it, not all: they came to 1.5 MB, 110 ms a process), or None."""
+    path = DIRECTORY / f"{stem}.json"
+    return read(path) if path.is_file() else None
+
+
+def _own(cpu: str, isa_class: str) -> Optional[Table]:
+    """The table of ``cpu`` at ``isa_class``: the shipped file named so (``make_rules.py``
+    names each ``<cpu>-<isa class>.json``), or the tests' :data:`TABLES`."""
+    if TABLES is not None:
+        return TABLES.get((cpu, isa_class))
+    own = _shipped_file(f"{cpu}-{isa_class}")
+    return own if own is not None and (own.cpu, own.isa) == (cpu, isa_class) else None
 
 
 def use_no_tables() -> None:
@@ -284,11 +302,15 @@ def select(cpu: str, isa_class: Optional[str]) -> tuple[Optional[Table], str]:
     """The table for a CPU (:attr:`onednn_convt.cpu.Cpu.microarchitecture`) at a dispatch
     ISA class, and why: its own, else the conservative default, else none."""
     if isa_class is not None:
-        own = tables().get((cpu, isa_class))
+        own = _own(cpu, isa_class)
         if own is not None:
             return own, f"this CPU's own table: {own.describe()}"
     fallback = default()
-    mine = ", ".join(f"{c}/{i}" for c, i in sorted(tables()))
+    if TABLES is None:  # the files' names, not their tables (read alone, as they apply)
+        keys = [tuple(p.stem.split("-", 1)) for p in DIRECTORY.glob("*.json") if p.stem != DEFAULT_NAME]
+    else:
+        keys = list(TABLES)
+    mine = ", ".join(f"{c}/{i}" for c, i in sorted(keys))
     if fallback is not None:
         return fallback, f"no table for {cpu} at {isa_class} (tables: {mine or 'none'}): {fallback.describe()}"
     return None, f"no table for {cpu} at {isa_class} and no default: the hand-written rules"
