@@ -79,23 +79,25 @@ class Measured:
     strides: tuple[int, ...]
     ratios: dict[str, float]
     phases: bool = True
+    #: :func:`onednn_convt.problem.features` of the layer (made once, with the layer: not a
+    #: functools.cached_property, whose lock in Python 3.11 a fork can leave held)
+    features: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
-    @functools.cached_property
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", problem.features(self.kernel, self.strides, self.groups, self.ic,
+                                                               self.oc, self.src, self.n))
+
+    @property
     def shape(self) -> tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """batch, input and output channels, groups, src, kernel and strides."""
         return (self.n, self.ic, self.oc, self.groups, self.src, self.kernel, self.strides)
-
-    @functools.cached_property
-    def features(self) -> tuple[float, ...]:
-        """:func:`onednn_convt.problem.features` of the layer."""
-        return problem.features(self.kernel, self.strides, self.groups, self.ic, self.oc, self.src, self.n)
 
     @property
     def shape_class(self) -> str:
         """:func:`onednn_convt.problem.shape_class` of the layer."""
         return problem.shape_class(self.kernel, self.strides, self.groups, self.ic, self.oc, self.src, self.n)
 
-    @functools.cached_property
+    @property
     def gemm_grouped(self) -> bool:
         """:func:`onednn_convt.problem.gemm_grouped` of the layer."""
         return problem.gemm_grouped(len(self.kernel), self.groups, self.ic, self.oc)
@@ -112,6 +114,17 @@ class Table:
     entries: dict[Key, str] = field(default_factory=dict)
     scores: dict[Key, dict[str, float]] = field(default_factory=dict)
     layers: tuple[Measured, ...] = ()
+    #: the layers of each op, dtype and data format; with ``True``, those that choose for
+    #: phases (made once, with the table: a call's choice read all 1,534 Zen3 layers)
+    _by_config: dict[tuple[str, str, str, bool], tuple[Measured, ...]] = field(
+        init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        out: dict[tuple[str, str, str, bool], list[Measured]] = {}
+        for m in self.layers:
+            for phase in (False, True) if m.phases else (False,):
+                out.setdefault((m.op, m.dtype, m.data_format, phase), []).append(m)
+        object.__setattr__(self, "_by_config", {k: tuple(v) for k, v in out.items()})
 
     def describe(self) -> str:
         """One line: what it was measured on, when, with which suites."""
@@ -153,16 +166,6 @@ class Table:
         shape = (p.n, p.ic, p.oc, p.groups, p.src, p.kernel, p.geometry.strides)
         layers = self._by_config.get((p.op, p.dtype, p.data_format, phase), ())
         return nearest_choice(layers, (p.op, p.dtype, p.data_format), shape, p.features, names)
-
-    @functools.cached_property
-    def _by_config(self) -> dict[tuple[str, str, str, bool], tuple[Measured, ...]]:
-        """The layers of each op, dtype and data format; with ``True``, those that choose
-        for phases (made once: a call's choice read 1,534 layers in the Zen3 table)."""
-        out: dict[tuple[str, str, str, bool], list[Measured]] = {}
-        for m in self.layers:
-            for phase in (False, True) if m.phases else (False,):
-                out.setdefault((m.op, m.dtype, m.data_format, phase), []).append(m)
-        return {k: tuple(v) for k, v in out.items()}
 
 
 def nearest_choice(layers: Sequence[Measured], config: tuple[str, str, str],
