@@ -77,6 +77,12 @@ def test_every_configuration_in_table_csv_and_json(tiny_run: dict) -> None:
     md = (tiny_run["out"] / "run.md").read_text()
     assert md.count("\n| tiny ") == len(results)
     assert "oneDNN " + doc["meta"]["onednn_version"] in tiny_run["stdout"]
+    # which rules table chose the lowerings, as info() says
+    from onednn_convt.lowering import rules
+
+    table = doc["meta"]["rules_table"]
+    assert table == {k: rules.report()[k] for k in ("table", "table_sha256", "why")}
+    assert table["table"] is None or f"rules table: {table['table']}" in md
 
 
 def test_derived_figures_are_consistent(tiny_run: dict) -> None:

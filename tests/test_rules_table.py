@@ -133,8 +133,24 @@ def test_tables_are_chosen_by_cpu_and_isa(monkeypatch):
     chosen, why = rules_table.select("unknown", isa)
     assert chosen is rules_table.default() and "no table for unknown" in why and "conservative default" in why
     report = rules.report()
-    assert set(report) == {"cpu", "table", "why", "fallback_measured_on"}
+    assert set(report) == {"cpu", "table", "table_sha256", "why", "fallback_measured_on"}
     assert report["cpu"] == cpu.detect().name
+
+
+def test_a_shipped_table_carries_its_files_sha256_and_a_made_one_none(monkeypatch):
+    """The digest that bench and tune results record: the SHA-256 of the table's file."""
+    import hashlib
+
+    path = next(iter(sorted(rules_table.DIRECTORY.glob("*.json"))))
+    assert rules_table.read(path).digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    chosen, _ = rules.table()
+    report = rules.report()
+    if chosen is not None:
+        want = hashlib.sha256((rules_table.DIRECTORY / f"{chosen.name}.json").read_bytes()).hexdigest()
+        assert report["table"] == chosen.name and report["table_sha256"] == want
+    made = rules_table.Table("test", "test", "test", {}, {})
+    monkeypatch.setattr(rules, "table", lambda: (made, "a test's"))
+    assert rules.report()["table"] == "test" and rules.report()["table_sha256"] is None
 
 
 def test_a_cpu_without_a_table_gets_the_default_and_says_so():

@@ -11,7 +11,7 @@ import pytest
 from helpers import benchmark_script
 
 from onednn_convt import cli
-from onednn_convt.lowering import autotune, tuning_cache
+from onednn_convt.lowering import autotune, rules, tuning_cache
 
 
 class FakeClock:
@@ -40,8 +40,11 @@ def cache_dir(tmp_path, monkeypatch):
 def test_tune_a_suite(cache_dir, tmp_path, capsys):
     out = tmp_path / "choices.json"
     assert cli.main(["tune", "--suite", "tiny", "--dtypes", "f32", "--formats", "NCX", "--json", str(out)]) == 0
-    records = json.loads(out.read_text())["records"]
+    doc = json.loads(out.read_text())
+    records = doc["records"]
     assert [r["key"] for r in records] == [f"tiny/tiny/{op}/f32/NCX" for op in ("fwd", "bwd_d", "bwd_w")]
+    # the table whose choices the "rule" column holds
+    assert doc["rules_table"] == {k: rules.report()[k] for k in ("table", "table_sha256", "why")}
     for r in records:  # tiny (k3 s1, groups 1): every op has several candidates
         assert r["chosen"] in r["times_us"] and r["rule"] in r["times_us"] and not r["cached"]
     cached = json.loads((cache_dir / tuning_cache.FILE_NAME).read_text())["contexts"][tuning_cache.context()]

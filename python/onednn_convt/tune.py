@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     """Tune every configuration, with a progress bar; print the table."""
     from tqdm import tqdm
 
-    from .lowering import autotune, tuning_cache
+    from .lowering import autotune, rules, tuning_cache
 
     try:
         todo = configs(args)
@@ -225,6 +225,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         me = cpu.detect()
         where = {"microarchitecture": me.microarchitecture, "name": me.name}
+        report = rules.report()  # the table whose choices the records' "rule" column holds
+        table = {k: report[k] for k in ("table", "table_sha256", "why")}
         args.json.write_text(json.dumps({"context": tuning_cache.context(), "cpu": where, "isa": guards.dispatch_isa(),
-                                         "records": records}, indent=1))
+                                         "rules_table": table, "records": records}, indent=1))
     return 1 if any(r.get("error") for r in records) else 0

@@ -167,6 +167,8 @@ def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[st
         "cpus": timing.cpu_count(), "cpu_model": cpu.detect().name,
         "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "argv": _without_paths(sys.argv[1:]), "autotune": bool(getattr(args, "autotune", False)),
+        # which measured table chose the lowerings: its name, file digest and provenance
+        "rules_table": {k: i["rules"][k] for k in ("table", "table_sha256", "why")},
     }
 
 

@@ -170,6 +170,11 @@ def header_lines(meta: dict[str, Any], peak: Optional[dict[str, Any]]) -> list[s
         "PyTorch " + (f"{meta['torch']} (bundles oneDNN {meta['torch_onednn']})" if meta.get("torch") else "not installed"),
         "dtypes: " + ", ".join(f"{k} {v}" for k, v in meta["dtype_support"].items()),
     ]
+    table = meta.get("rules_table")  # results written before it was recorded have none
+    if table:
+        digest = table.get("table_sha256")
+        lines.append(f"rules table: {table.get('table') or 'none (the hand-written rules)'}"
+                     + (f" (sha256 {digest[:12]})" if digest else ""))
     if peak:
         lines.append(
             f"peak (oneDNN MatMul {peak['size']}^3): f32 {peak['f32_gflops']:.1f} GFLOP/s, "

@@ -74,12 +74,14 @@ def table() -> tuple[rules_table.Table | None, str]:
 def report() -> dict[str, str | None]:
     """What picks the lowerings on this CPU (``info()["rules"]``): ``cpu``, this CPU as the
     tables key it (:mod:`onednn_convt.cpu`; ``ONEDNN_CONVT_CPU`` overrides it); ``table``, the
-    measured table in use (None: the hand-written rules decide everything); ``why``;
+    measured table in use (None: the hand-written rules decide everything); ``table_sha256``,
+    the SHA-256 of its file (None where it was made in memory, by a test); ``why``;
     ``fallback_measured_on``, :data:`RULES_MEASURED_ON`."""
     chosen, why = table()
     me = cpu.detect()
     return {"cpu": me.name + (" (ONEDNN_CONVT_CPU)" if me.overridden else ""),
-            "table": None if chosen is None else chosen.name, "why": why,
+            "table": None if chosen is None else chosen.name,
+            "table_sha256": None if chosen is None else chosen.digest or None, "why": why,
             "fallback_measured_on": RULES_MEASURED_ON}
 
 

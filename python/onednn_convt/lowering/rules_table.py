@@ -31,6 +31,7 @@ layers; ``make_rules.py --default``). :func:`select` says which table applies he
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -114,6 +115,9 @@ class Table:
     entries: dict[Key, str] = field(default_factory=dict)
     scores: dict[Key, dict[str, float]] = field(default_factory=dict)
     layers: tuple[Measured, ...] = ()
+    #: the SHA-256 of the file it was read from (hex; "" for a table made in memory): which
+    #: table a benchmark ran, recorded in its result files
+    digest: str = ""
     #: the layers of each op, dtype and data format; with ``True``, those that choose for
     #: phases (made once, with the table: a call's choice read all 1,534 Zen3 layers)
     _by_config: dict[tuple[str, str, str, bool], tuple[Measured, ...]] = field(
@@ -202,8 +206,9 @@ def _flag(value: Any) -> bool:
     return value
 
 
-def parse(data: Any, name: str) -> Table:
-    """The table in a file's JSON ``data``; ValueError where it is not one."""
+def parse(data: Any, name: str, digest: str = "") -> Table:
+    """The table in a file's JSON ``data`` (``digest``: the file's SHA-256); ValueError
+    where it is not one."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         msg = f"rules table {name}: expected a JSON object of format {FORMAT}"
         raise ValueError(msg)
@@ -229,7 +234,7 @@ def parse(data: Any, name: str) -> Table:
                 msg = f"rules table {name}: layer {m.layer} {m.op} {m.dtype} {m.data_format} is malformed"
                 raise ValueError(msg)
         provenance = {k: v for k, v in data.items() if k not in ("format", "rules", "layers")}
-        return Table(name, str(data["cpu"]), str(data["isa"]), provenance, entries, scores, layers)
+        return Table(name, str(data["cpu"]), str(data["isa"]), provenance, entries, scores, layers, digest)
     except (KeyError, TypeError, AttributeError) as e:
         msg = f"rules table {name}: malformed ({e!r})"
         raise ValueError(msg) from None
@@ -237,7 +242,8 @@ def parse(data: Any, name: str) -> Table:
 
 def read(path: Path) -> Table:
     """The table in ``path``."""
-    return parse(json.loads(path.read_text(encoding="utf-8")), path.stem)
+    raw = path.read_bytes()
+    return parse(json.loads(raw.decode("utf-8")), path.stem, hashlib.sha256(raw).hexdigest())
 
 
 @functools.lru_cache(maxsize=None)
