@@ -13,8 +13,9 @@ Measured with a prototype through the public API on an AMD Zen3 (avx2), 2 thread
 (medians of 7 alternated calls, ``benchmarks/NOTES.md``): a 4-group k3 s1 forward of 16 to
 32 channels on 32x34x136, NXC 37.2 ms grouped against 16.4 per group, NCX 25.1 against
 7.4; an 8-group 1-D k7 s1 forward NCX 48.7 against 8.9; but 32 groups of 8 to 16 channels,
-k4 s2, NXC 16.2 against 23.3. A candidate of the tuner for at most :data:`MAX_GROUPS`
-groups; no table has measured it, so the rules never choose it.
+k4 s2, NXC 16.2 against 23.3. A candidate of the tuner and the rules for at most
+:data:`MAX_GROUPS` groups; the rules choose it where a measured table says so (the Zen3
+table: its grouped layers tuned with it, ``benchmarks/NOTES.md``).
 """
 
 from __future__ import annotations
