@@ -141,7 +141,7 @@ def test_polyphase_in_f32_is_the_f32_polyphase_rounded_once(op: str, code: str, 
     reference; its op says it ran in f32."""
     checked = 0
     seed = {"fwd": 11, "bwd_w": 12, "bwd_d": 13}[op] + (0 if code == "bf16" else 20)
-    for instance, arrays, ref, reduction, low, _ in _polyphase_calls(seed, op, code, in_f32=True, count=60):
+    for instance, arrays, ref, reduction, low, _ in _polyphase_calls(seed, op, code, in_f32=True, count=40):
         assert low.f32_only and low.phases
         wide = [np.asarray(a, np.float32) if i < 2 or op == "fwd" and a is not None else a for i, a in enumerate(arrays)]
         f32_problem = instance._problem(wide, "f32")
@@ -186,7 +186,8 @@ def test_phases_run_channels_last_where_the_rules_say(op: str, code: str, monkey
     monkeypatch.setattr(lowering, "rule", phases_channels_last)
     monkeypatch.setattr(permute, "MIN_ELEMS", 1)
     checked = 0
-    for instance, arrays, ref, reduction, low, _ in _polyphase_calls({"fwd": 4, "bwd_w": 5, "bwd_d": 6}[op], op, code):
+    for instance, arrays, ref, reduction, low, _ in _polyphase_calls({"fwd": 4, "bwd_w": 5, "bwd_d": 6}[op], op, code,
+                                                                     count=80):
         if not any(ph.lowering is not None and ph.lowering.name == base.CHANNELS_LAST for ph in low.phases):
             continue
         out = np.full(ref.shape, np.nan, oc.dtypes.FLOAT_DTYPES[code])
