@@ -225,8 +225,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         me = cpu.detect()
         where = {"microarchitecture": me.microarchitecture, "name": me.name}
-        report = rules.report()  # the table whose choices the records' "rule" column holds
-        table = {k: report[k] for k in ("table", "table_sha256", "why")}
+        # "rules_table": the table whose choices the records' "rule" column holds
         args.json.write_text(json.dumps({"context": tuning_cache.context(), "cpu": where, "isa": guards.dispatch_isa(),
-                                         "rules_table": table, "records": records}, indent=1))
+                                         "rules_table": rules.result_record(), "records": records}, indent=1))
     return 1 if any(r.get("error") for r in records) else 0

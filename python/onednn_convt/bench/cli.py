@@ -154,6 +154,7 @@ def _tune(cfg: suites.Config) -> dict[str, Any]:
 
 def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[str, Any]:
     from ..info import info
+    from ..lowering import rules
 
     i = info()
     torch = peers.torch_module() if not args.no_torch else None
@@ -168,7 +169,7 @@ def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[st
         "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "argv": _without_paths(sys.argv[1:]), "autotune": bool(getattr(args, "autotune", False)),
         # which measured table chose the lowerings: its name, file digest and provenance
-        "rules_table": {k: i["rules"][k] for k in ("table", "table_sha256", "why")},
+        "rules_table": rules.result_record(),
     }
 
 

@@ -80,7 +80,7 @@ def build(p: Problem, choose: Chooser) -> Lowering:
         src_in, src_out = view(nd, channel_axis, icg, g), view(nd, channel_axis, ocg, g)
         rows = view(nd, rows_axis, icg, g)
         if p.op == FORWARD:
-            inputs = ((0, src_in), (1, rows)) + (((2, (slice(g * ocg, (g + 1) * ocg),)),) if p.bias else ())
+            inputs = ((0, src_in), (1, rows)) + (((2, view(1, 0, ocg, g)),) if p.bias else ())
             parts.append(Phase(sub, inputs, src_out, None))
         elif p.op == BACKWARD_DATA:
             parts.append(Phase(sub, ((0, src_out), (1, rows)), src_in, None))

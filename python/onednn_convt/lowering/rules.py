@@ -85,6 +85,13 @@ def report() -> dict[str, str | None]:
             "fallback_measured_on": RULES_MEASURED_ON}
 
 
+def result_record() -> dict[str, str | None]:
+    """The measured table a result file ran with, as ``bench`` and ``tune --json`` record
+    it: :func:`report`'s ``table``, ``table_sha256`` and ``why``."""
+    report_ = report()
+    return {k: report_[k] for k in ("table", "table_sha256", "why")}
+
+
 def measured(p: Problem, names: Sequence[str], *, phase: bool = False) -> str | None:
     """The measured table's choice for ``p`` on this CPU among ``names`` (the lowerings that
     can run it; :meth:`onednn_convt.lowering.rules_table.Table.choose`; ``phase``: ``p`` is
