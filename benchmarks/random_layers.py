@@ -8,10 +8,14 @@ strides 1-16; batch 1-32), each sized to a few tens to a few hundred million mul
 about 8 Mi elements at most, and reads the tuner's side-by-side times of every candidate::
 
     python benchmarks/random_layers.py draw --seed 1 --count 40 > layers.json
+    python benchmarks/random_layers.py draw --seed 9 --kinds grouped,depthwise > layers.json
     ONEDNN_CONVT_CACHE_DIR=$(mktemp -d) onednn-convt tune --layers-json layers.json \\
         --dtypes f32 --retune --json tune.json
     python benchmarks/random_layers.py report tune.json [--limit 1.5]
 
+``--kinds`` keeps the layers of those kinds (of ``KINDS``) among those drawn, until it has
+``--count``: more layers of the kinds the rules choose badly for, named by their index among
+all the seed's draws.
 ``report`` prints, per run, the geometric mean over the configurations of the rules'
 time over the fastest candidate's and over the library op's (the op's own
 ConvTranspose, ConvTransposeBackwardData or ConvTransposeBackwardWeights), and each
@@ -47,9 +51,13 @@ MAX_SIDE = {1: 8192, 2: 256, 3: 48}
 MAX_ELEMENTS = 8 * 2**20
 
 
+#: the kinds of layer drawn (a layer's name says its kind), and how often each
+KINDS = {"dense": 0.4, "grouped": 0.2, "depthwise": 0.15, "one-out": 0.15, "one-in": 0.1}
+
+
 def _channels(rng: np.random.Generator) -> tuple[int, int, int, str]:
     """(ic, oc, groups, kind)."""
-    kind = str(rng.choice(["dense", "grouped", "depthwise", "one-out", "one-in"], p=[0.4, 0.2, 0.15, 0.15, 0.1]))
+    kind = str(rng.choice(list(KINDS), p=list(KINDS.values())))
     if kind == "dense":
         return int(rng.choice(CHANNELS[2:])), int(rng.choice(CHANNELS[2:])), 1, kind
     if kind == "grouped":
@@ -83,6 +91,20 @@ def draw_layer(rng: np.random.Generator, seed: int, index: int) -> dict[str, Any
     name = f"s{seed}r{index:02d}-{rank}d-{kind}-k{k}s{s}"
     return {"name": name, "n": n, "ic": ic, "oc": oc, "spatial": spatial, "kernel": [k] * rank,
             "stride": s, "pad": p, "groups": groups}
+
+
+def draw(seed: int, count: int, kinds: set[str]) -> list[dict[str, Any]]:
+    """The first ``count`` layers of ``kinds`` that seed ``seed`` draws (every kind: its first
+    ``count`` layers)."""
+    rng = np.random.default_rng(seed)
+    layers: list[dict[str, Any]] = []
+    index = 0
+    while len(layers) < count:
+        layer = draw_layer(rng, seed, index)
+        index += 1
+        if layer["name"].split("-", 2)[2].rsplit("-", 1)[0] in kinds:  # s9r07-2d-one-in-k3s1
+            layers.append(layer)
+    return layers
 
 
 def report(paths: list[str], limit: float) -> int:
@@ -124,13 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("draw", help="print COUNT seeded random layers as --layers-json")
     d.add_argument("--seed", type=int, default=1)
     d.add_argument("--count", type=int, default=40)
+    d.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds to keep (default: all)")
     r = sub.add_parser("report", help="the rules' choices against the fastest candidate, from tune --json files")
     r.add_argument("paths", nargs="+")
     r.add_argument("--limit", type=float, default=1.5, help="list configurations slower than this (default 1.5)")
     args = parser.parse_args(argv)
     if args.command == "draw":
-        rng = np.random.default_rng(args.seed)
-        layers = [draw_layer(rng, args.seed, i) for i in range(args.count)]
+        kinds = set(args.kinds.split(","))
+        if not kinds <= set(KINDS):
+            parser.error(f"--kinds: expected some of {', '.join(KINDS)}, got {args.kinds!r}")
+        layers = draw(args.seed, args.count, kinds)
         print("[\n" + ",\n".join(json.dumps(layer) for layer in layers) + "\n]")
         return 0
     return report(args.paths, args.limit)

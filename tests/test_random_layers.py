@@ -7,6 +7,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 from helpers import benchmark_script
 
 from onednn_convt import tune
@@ -32,6 +33,24 @@ def test_drawn_layers_are_seeded_valid_and_bounded(tmp_path, capsys):
     assert kinds == {"dense", "grouped", "depthwise", "one"}  # "one-out" / "one-in"
     other = [layer["name"] for layer in gen_layers(gen, 8, 60)]
     assert other != [x.name for x in layers]
+
+
+def test_kinds_keep_the_seeds_own_layers_of_those_kinds(capsys):
+    gen = benchmark_script("random_layers")
+    everything = gen_layers(gen, 9, 200)
+    assert gen.main(["draw", "--seed", "9", "--count", "12", "--kinds", "grouped,one-in"]) == 0
+    kept = json.loads(capsys.readouterr().out)
+    wanted = [x for x in everything if "-grouped-" in x["name"] or "-one-in-" in x["name"]][:12]
+    assert kept == wanted and len(kept) == 12  # the same draws, the others left out, names kept
+    assert {x["name"].split("-", 2)[2].rsplit("-", 1)[0] for x in kept} == {"grouped", "one-in"}
+
+
+def test_unknown_kinds_are_refused(capsys):
+    gen = benchmark_script("random_layers")
+    with pytest.raises(SystemExit) as refused:
+        gen.main(["draw", "--kinds", "dense,sparse"])
+    assert refused.value.code == 2
+    assert "expected some of dense, grouped, depthwise, one-out, one-in, got 'dense,sparse'" in capsys.readouterr().err
 
 
 def gen_layers(gen, seed, count):
