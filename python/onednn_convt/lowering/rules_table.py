@@ -119,7 +119,7 @@ class Table:
     #: table a benchmark ran, recorded in its result files
     digest: str = ""
     #: the layers of each op, dtype and data format; with ``True``, those that choose for
-    #: phases (made once, with the table: a call's choice read all 1,534 Zen3 layers)
+    #: phases (made once, with the table, rather than each call's choice reading every layer)
     _by_config: dict[tuple[str, str, str, bool], tuple[Measured, ...]] = field(
         init=False, repr=False, compare=False)
 
