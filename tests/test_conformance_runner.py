@@ -236,10 +236,11 @@ def test_onednn_cases_all_pass() -> None:
     assert failed == []
     # which library op runs each case is the measured rules' choice on this CPU (the D9
     # Convolution for BackwardData where the table picks it; the dilated bundled cases
-    # always take it)
+    # always take it; a grouped case per group where the table has grouped layers like it)
     kinds = {r.details["lowering"] for r in results}
     assert kinds <= {"ConvTranspose", "ConvolutionBackwardData", "Convolution", "ConvTransposeBackwardData",
-                     "ConvTransposeBackwardWeights", "ConvolutionBackwardWeights", "MatMul", "Polyphase"}, kinds
+                     "ConvTransposeBackwardWeights", "ConvolutionBackwardWeights", "MatMul", "Polyphase",
+                     "Per group"}, kinds
 
 
 def test_bundled_suite_passes_in_two_worker_processes() -> None:
