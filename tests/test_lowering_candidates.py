@@ -69,8 +69,14 @@ def call_arrays(op: str, cfg: Config, arrays: list[Any]) -> list[Any]:
     return arrays
 
 
-@pytest.mark.parametrize("threads", ["one", "pool"])
-@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+#: (dtype, threads) of each run: bf16 and f16 on the thread pool under ``-m slow`` (their
+#: kernels are the f32 ones between conversions on a CPU without them, and the default suite
+#: keeps its ten minutes)
+DTYPE_THREADS = [pytest.param(code, threads, marks=pytest.mark.slow) if threads == "pool" and code != "f32"
+                 else (code, threads) for threads in ("one", "pool") for code in ("f32", "bf16", "f16")]
+
+
+@pytest.mark.parametrize(("code", "threads"), DTYPE_THREADS)
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("cfg", ALL, ids=ALL_IDS)
 def test_every_candidate_matches_the_reference(cfg, op, code, threads):
