@@ -69,7 +69,7 @@ Z3=$R/zen3
 # calls but not for polyphase phases ("phases": false); seed 4 stays out, held out. Seeds 5
 # and 6 (80 more layers, drawn and tuned the same way, per group a candidate from the start)
 # were added later, and 40 grouped and depthwise layers of seed 9 (random_layers.py draw --seed 9
-# --kinds grouped,depthwise), the kinds the table chose worst for on seeds 4, 7 and 8. The grouped
+# --kinds grouped,depthwise), the kinds behind most of seed 4's rows below 0.80. The grouped
 # layers (2-8 groups) of seeds 1-3 and of the broad suite were tuned again, f32, three passes,
 # once the per-group lowering became a candidate (*_grouped*): those runs replace their earlier
 # records (--remeasured; each candidate's middle time).

@@ -93,6 +93,11 @@ def draw_layer(rng: np.random.Generator, seed: int, index: int) -> dict[str, Any
             "stride": s, "pad": p, "groups": groups}
 
 
+def kind_of(layer: dict[str, Any]) -> str:
+    """A drawn layer's kind (of ``KINDS``), from its name: ``s9r07-2d-one-in-k3s1`` is one-in."""
+    return str(layer["name"]).split("-", 2)[2].rsplit("-", 1)[0]
+
+
 def draw(seed: int, count: int, kinds: set[str]) -> list[dict[str, Any]]:
     """The first ``count`` layers of ``kinds`` that seed ``seed`` draws (every kind: its first
     ``count`` layers)."""
@@ -102,7 +107,7 @@ def draw(seed: int, count: int, kinds: set[str]) -> list[dict[str, Any]]:
     while len(layers) < count:
         layer = draw_layer(rng, seed, index)
         index += 1
-        if layer["name"].split("-", 2)[2].rsplit("-", 1)[0] in kinds:  # s9r07-2d-one-in-k3s1
+        if kind_of(layer) in kinds:
             layers.append(layer)
     return layers
 

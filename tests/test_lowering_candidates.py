@@ -69,9 +69,8 @@ def call_arrays(op: str, cfg: Config, arrays: list[Any]) -> list[Any]:
     return arrays
 
 
-#: (dtype, threads) of each run: bf16 and f16 on the thread pool under ``-m slow`` (their
-#: kernels are the f32 ones between conversions on a CPU without them, and the default suite
-#: keeps its ten minutes)
+#: (dtype, threads) of each run: bf16 and f16 on the thread pool under ``-m slow``, so that the
+#: default suite keeps its ten minutes (f32 covers the pool, one thread covers every dtype)
 DTYPE_THREADS = [pytest.param(code, threads, marks=pytest.mark.slow) if threads == "pool" and code != "f32"
                  else (code, threads) for threads in ("one", "pool") for code in ("f32", "bf16", "f16")]
 
