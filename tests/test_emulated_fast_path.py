@@ -198,6 +198,30 @@ def test_large_calls_do_not_keep_their_staging(hand_rules):
     assert float(result[0, 0, 0, 0]) == 8.0  # sum over 8 input channels of 1 * 1
 
 
+def test_large_staging_goes_back_to_the_kept_blocks(hand_rules):
+    """A large call's staging returns to the engine's kept blocks (``host_memory_info``),
+    so that the next large call takes no fresh pages: freed to the system, it cost WaveGAN's
+    64x64x4096 bf16 layer about 40 ms of page faults a call on a Zen3."""
+    low = emulated_dtype()
+    op = oc.ConvTranspose(strides=2, data_format="NXC")
+    src, w = np.ones((1, 1024, 1024, 8), low), np.ones((2, 2, 2, 8), low)  # f32: 32 MiB in, 32 MiB out
+    out = np.empty((1, 2048, 2048, 2), low)
+    op(src, w, out=out)
+    op(src, w, out=out)  # the executor now, which stages
+    _core.release_host_memory()
+    op(src, w, out=out)
+    assert _core.staging_bytes() == 0
+    after_one = _core.host_memory_info()
+    assert after_one["kept_bytes"] >= 64 << 20, after_one  # the staging block, kept
+    out[...] = 0
+    op(src, w, out=out)
+    after_two = _core.host_memory_info()
+    assert after_two["reused"] > after_one["reused"], (after_one, after_two)
+    assert after_two["allocated"] == after_one["allocated"], (after_one, after_two)
+    assert after_two["kept_bytes"] >= 64 << 20, after_two
+    assert float(out[0, 0, 0, 0]) == 8.0 and float(out[0, -1, -1, -1]) == 8.0
+
+
 def test_clear_cache_frees_the_staging_memory():
     low = emulated_dtype()
     op = oc.ConvTranspose(strides=2, data_format="NCX", weights_format="IOX")
