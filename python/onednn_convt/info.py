@@ -137,8 +137,8 @@ def clear_cache() -> None:
     (other threads free theirs when they end) and the library's kept temporary blocks
     (:func:`host_memory_info`)."""
     native.clear_cache()
+    native.clear_staging()  # first: a large staging block goes back to the kept ones, freed next
     native.release_host_memory()
-    native.clear_staging()
     native.clear_library_caches()
 
 

@@ -41,7 +41,7 @@ void register_utilities(py::module_ &m) {
     m.def("staging_bytes", [] { return Staging::local().capacity(); },
           "Bytes of f32 staging memory the calling thread keeps for emulated calls.");
     m.def("clear_staging", [] { Staging::local().clear(); },
-          "Free the calling thread's f32 staging memory.");
+          "Give back the calling thread's f32 staging memory (a block of 1 MiB or more to the kept ones, which release_host_memory frees).");
 
     m.def("all_finite", &all_finite, py::arg("array"), py::arg("code"),
           "Whether an aligned C-contiguous bf16 (code 'bf16') or f16 array holds no Inf or NaN.");
