@@ -111,6 +111,33 @@ def test_backward_data_non_finite_weight_reaches_only_its_outputs(data_format, w
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize(("data_format", "weights_format"), [("NCX", "IOX"), ("NCX", "XOI"), ("NXC", "XOI")])
+def test_forward_non_finite_src_reaches_only_its_outputs(data_format, weights_format):
+    """The kernel (130) is not a multiple of the stride (7): the MatMul's taps are padded
+    with zeros, which meet an Inf or NaN of src (0 * Inf = NaN) at outputs the kernel never
+    reaches. Those are not taps: classes (finite, NaN, +Inf, -Inf) and finite values match
+    the float64 reference."""
+    rng = np.random.default_rng(8)
+    n, ic, oc_, length, k, s = 2, 4, 3, 9, 130, 7
+    x = rng.standard_normal((n, ic, length)).astype(np.float32)
+    x[0, 1, 4], x[1, 3, 8], x[1, 0, 0] = np.inf, -np.inf, np.nan
+    w = np.abs(rng.standard_normal((ic, oc_, k))).astype(np.float32) + 0.5  # one sign: Inf stays Inf
+    attrs = dict(strides=s, pads_begin=3, pads_end=2, data_format=data_format, weights_format=weights_format)
+    op_ = oc.ConvTranspose(**attrs)
+    ncx = data_format == "NCX"
+    got = op_(x if ncx else x.transpose(0, 2, 1).copy(), w if weights_format == "IOX" else w.transpose(2, 1, 0).copy())
+    got = got if ncx else got.transpose(0, 2, 1)
+    assert op_.last_plan.lowering.kind == "MatMul"
+    with np.errstate(invalid="ignore"):
+        want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), strides=s, pads_begin=3,
+                                        pads_end=2, data_format="NCX", weights_format="IOX")
+    for cls in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(cls(got), cls(want))
+    finite = np.isfinite(want)
+    assert finite.any() and not finite.all()
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-3)
+
+
 def test_rule_boundaries():
     assert matmul_lowering.applies([matmul_lowering.MIN_KERNEL], 1, [1])
     assert not matmul_lowering.applies([matmul_lowering.MIN_KERNEL - 1], 1, [1])
