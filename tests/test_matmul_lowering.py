@@ -16,13 +16,21 @@ from onednn_convt.lowering import matmul_lowering
 pytestmark = pytest.mark.usefixtures("hand_rules")
 
 
+@pytest.fixture(params=["rows", "as stored"])
+def ncx_form(request, monkeypatch):
+    """Both forms of an NCX forward's MatMul, whatever the problem's size."""
+    as_stored = request.param == "as stored"
+    monkeypatch.setattr(matmul_lowering, "reads_src_as_stored", lambda ic, length: as_stored)
+    return request.param
+
+
 @pytest.mark.parametrize("data_format", ["NCX", "NXC"])
 @pytest.mark.parametrize("weights_format", ["IOX", "XOI"])
 @pytest.mark.parametrize(
     ("k", "s", "pb", "pe", "op"),
     [(130, 7, 5, 3, 2), (128, 128, 0, 0, 0), (200, 3, 150, 0, 1), (129, 64, 0, 200, 0)],
 )
-def test_large_kernel_forward_matches_reference(data_format, weights_format, k, s, pb, pe, op):
+def test_large_kernel_forward_matches_reference(data_format, weights_format, k, s, pb, pe, op, ncx_form):
     rng = np.random.default_rng(k + s)
     n, ic, oc_, length = 2, 5, 3, 9
     x = rng.standard_normal((n, ic, length) if data_format == "NCX" else (n, length, ic)).astype(np.float32)
@@ -112,7 +120,7 @@ def test_backward_data_non_finite_weight_reaches_only_its_outputs(data_format, w
 
 
 @pytest.mark.parametrize(("data_format", "weights_format"), [("NCX", "IOX"), ("NCX", "XOI"), ("NXC", "XOI")])
-def test_forward_non_finite_src_reaches_only_its_outputs(data_format, weights_format):
+def test_forward_non_finite_src_reaches_only_its_outputs(data_format, weights_format, ncx_form):
     """The kernel (130) is not a multiple of the stride (7): the MatMul's taps are padded
     with zeros, which meet an Inf or NaN of src (0 * Inf = NaN) at outputs the kernel never
     reaches. Those are not taps: classes (finite, NaN, +Inf, -Inf) and finite values match
@@ -136,6 +144,30 @@ def test_forward_non_finite_src_reaches_only_its_outputs(data_format, weights_fo
     finite = np.isfinite(want)
     assert finite.any() and not finite.all()
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+def test_a_long_ncx_forward_reads_src_as_stored(code):
+    """L >= 512 and IC >= 16: the MatMul's output is (N, OC*k', L), src its right matrix as
+    given; shorter or thinner, the (N, L, OC*k') rows. Both match the reference, with a
+    bias, into a fresh result and into out=."""
+    dtype = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}[code]
+    rng = np.random.default_rng(12)
+    for ic, length, as_stored in [(16, 512, True), (16, 511, False), (15, 600, False)]:
+        x = rng.standard_normal((2, ic, length)).astype(dtype)
+        w = rng.standard_normal((ic, 3, 130)).astype(dtype)
+        b = rng.standard_normal(3).astype(dtype)
+        attrs = dict(strides=7, pads_begin=5, pads_end=3, data_format="NCX", weights_format="IOX")
+        op_ = oc.ConvTranspose(**attrs)
+        got = op_(x, w, b)
+        assert op_.last_plan.lowering.kind == "MatMul"
+        shape = op_.last_plan.lowering.library_shape
+        assert shape == ((2, 3 * 133, length) if as_stored else (2, length, 3 * 133)), shape
+        ref = reference.conv_transpose(x, w, b, **attrs)
+        assert got.dtype == dtype and accuracy.relative_error(got, ref) <= accuracy.tolerance(code, ic * 130)
+        out = np.full(got.shape, np.nan, dtype)
+        assert op_(x, w, b, out=out) is out
+        np.testing.assert_array_equal(out.view(np.uint8), got.view(np.uint8))
 
 
 def test_rule_boundaries():
