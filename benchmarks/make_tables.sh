@@ -78,7 +78,13 @@ Z3=$R/zen3
 # taking fresh pages on every call (*_bf16staging*): the library ops had been timed with that
 # tax (CenterNet's BackwardData NCX 39 ms, against 18-21 without it). HiFi-GAN's runs
 # (tune_models_bf16staging*) stay out: its two changed choices ran 0.84-1.04x the old ones,
-# old against new alternated (the tax is a tenth of its 300 ms calls).
+# old against new alternated (the tax is a tenth of its 300 ms calls). The NCX forwards of the
+# random seeds' 1-D dense layers (benchmarks/random_layers_1d_dense.json, f32, three times)
+# were tuned again once the MatMul lowering read a long NCX src as stored
+# (tune_random_1d_ncxmatmul*): its times there had included a oneDNN reorder of src. The
+# suites' 1-D layers were tuned again too (f32 and bf16, twice): the MatMul won no new
+# configuration there, and the 12 choices that moved between near-equal candidates ran 1.01x
+# the old ones (0.88-1.19x), old against new alternated; those runs stay out.
 $MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.json \
     $Z3/tune_broad_fit.json $Z3/tune_broad_holdout.json \
     $Z3/tune_random_s1.json $Z3/tune_random_s1_again.json $Z3/tune_random_s1_third.json \
@@ -99,7 +105,9 @@ $MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.js
     --remeasured $Z3/tune_broad_holdout_grouped_third.json \
     --remeasured $Z3/tune_broad_fit_bf16staging.json --remeasured $Z3/tune_broad_fit_bf16staging_again.json \
     --remeasured $Z3/tune_broad_holdout_bf16staging.json --remeasured $Z3/tune_broad_holdout_bf16staging_again.json \
+    --remeasured $Z3/tune_random_1d_ncxmatmul.json --remeasured $Z3/tune_random_1d_ncxmatmul_again.json \
+    --remeasured $Z3/tune_random_1d_ncxmatmul_third.json \
     --date 2026-11-28 \
-    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the two k16 s8 layers tuned again, twice, with up to 64 polyphase phases; the holdout half was added after the rules fitted without it had been checked on it; and 240 random layers (benchmarks/random_layers.py seeds 1-3, 5 and 6, and the grouped and depthwise layers of seed 9; f32, tuned three times each: each candidate's middle time; seed 4 held out), which choose for problems but not for polyphase phases; the grouped layers (2-8 groups) tuned again, three times, f32, with the per-group lowering; the bf16 configurations of the broad suite's three layers whose f32 copies pass 64 MiB tuned again, twice, once their staging memory was kept"
+    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the two k16 s8 layers tuned again, twice, with up to 64 polyphase phases; the holdout half was added after the rules fitted without it had been checked on it; and 240 random layers (benchmarks/random_layers.py seeds 1-3, 5 and 6, and the grouped and depthwise layers of seed 9; f32, tuned three times each: each candidate's middle time; seed 4 held out), which choose for problems but not for polyphase phases; the grouped layers (2-8 groups) tuned again, three times, f32, with the per-group lowering; the bf16 configurations of the broad suite's three layers whose f32 copies pass 64 MiB tuned again, twice, once their staging memory was kept; the NCX forwards of the random 1-D dense layers tuned again, three times, once the MatMul lowering read a long NCX src as stored"
 
 $MAKE --default
