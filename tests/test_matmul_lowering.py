@@ -16,21 +16,24 @@ from onednn_convt.lowering import matmul_lowering
 pytestmark = pytest.mark.usefixtures("hand_rules")
 
 
-@pytest.fixture(params=["rows", "as stored"])
-def ncx_form(request, monkeypatch):
-    """Both forms of an NCX forward's MatMul, whatever the problem's size."""
-    as_stored = request.param == "as stored"
-    monkeypatch.setattr(matmul_lowering, "reads_src_as_stored", lambda ic, length: as_stored)
-    return request.param
+#: the data format and, in NCX, which form of the forward's MatMul runs (forced, whatever the
+#: problem's size): src as (N, L, IC) rows, or as stored (matmul_lowering.reads_src_as_stored)
+FORWARD_FORMS = [("NCX", "rows"), ("NCX", "as stored"), ("NXC", None)]
 
 
-@pytest.mark.parametrize("data_format", ["NCX", "NXC"])
+def force_ncx_form(monkeypatch: pytest.MonkeyPatch, form: str | None) -> None:
+    if form is not None:
+        monkeypatch.setattr(matmul_lowering, "reads_src_as_stored", lambda ic, length: form == "as stored")
+
+
+@pytest.mark.parametrize(("data_format", "form"), FORWARD_FORMS)
 @pytest.mark.parametrize("weights_format", ["IOX", "XOI"])
 @pytest.mark.parametrize(
     ("k", "s", "pb", "pe", "op"),
     [(130, 7, 5, 3, 2), (128, 128, 0, 0, 0), (200, 3, 150, 0, 1), (129, 64, 0, 200, 0)],
 )
-def test_large_kernel_forward_matches_reference(data_format, weights_format, k, s, pb, pe, op, ncx_form):
+def test_large_kernel_forward_matches_reference(monkeypatch, data_format, form, weights_format, k, s, pb, pe, op):
+    force_ncx_form(monkeypatch, form)
     rng = np.random.default_rng(k + s)
     n, ic, oc_, length = 2, 5, 3, 9
     x = rng.standard_normal((n, ic, length) if data_format == "NCX" else (n, length, ic)).astype(np.float32)
@@ -119,12 +122,14 @@ def test_backward_data_non_finite_weight_reaches_only_its_outputs(data_format, w
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize(("data_format", "weights_format"), [("NCX", "IOX"), ("NCX", "XOI"), ("NXC", "XOI")])
-def test_forward_non_finite_src_reaches_only_its_outputs(data_format, weights_format, ncx_form):
+@pytest.mark.parametrize(("data_format", "form", "weights_format"),
+                         [(f, form, w) for f, form in FORWARD_FORMS for w in (["IOX", "XOI"] if f == "NCX" else ["XOI"])])
+def test_forward_non_finite_src_reaches_only_its_outputs(monkeypatch, data_format, form, weights_format):
     """The kernel (130) is not a multiple of the stride (7): the MatMul's taps are padded
     with zeros, which meet an Inf or NaN of src (0 * Inf = NaN) at outputs the kernel never
     reaches. Those are not taps: classes (finite, NaN, +Inf, -Inf) and finite values match
     the float64 reference."""
+    force_ncx_form(monkeypatch, form)
     rng = np.random.default_rng(8)
     n, ic, oc_, length, k, s = 2, 4, 3, 9, 130, 7
     x = rng.standard_normal((n, ic, length)).astype(np.float32)
