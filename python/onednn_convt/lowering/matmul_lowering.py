@@ -89,11 +89,11 @@ def conv_transpose(
         ``prepared_elems``.
     """
     ncx = data_format == "NCX"
+    if ncx and reads_src_as_stored(src_shape[1], src_shape[2]):
+        return _conv_transpose_ncx(src_shape, kernel, stride, pad_begin, dst_size, oc, weights_format)
     n, length = src_shape[0], (src_shape[2] if ncx else src_shape[1])
     r = -(-kernel // stride)  # taps per output block
     padded = r * stride
-    if ncx and reads_src_as_stored(src_shape[1], length):
-        return _conv_transpose_ncx(src_shape, kernel, stride, pad_begin, dst_size, oc, weights_format)
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         src, w = args[0], args[1]
