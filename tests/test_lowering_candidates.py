@@ -28,6 +28,9 @@ EXTRA = [
     Config(src=(9,), kernel=(6,), strides=3, pads_begin=2, pads_end=1, ic=5, oc=4, bias=True, name="1d_overlap_add"),
     Config(src=(8,), kernel=(16,), strides=8, pads_begin=4, pads_end=4, ic=4, oc=3, data_format="NXC",
            weights_format="XOI", name="1d_hifigan_like"),
+    # 1-D depthwise: the lifted form (the 2-D problem of height 1), which the rules choose on AVX2
+    Config(src=(9,), kernel=(4,), strides=2, pads_begin=1, pads_end=2, ic=4, oc=4, groups=4, data_format="NXC",
+           weights_format="XOI", bias=True, name="1d_depthwise"),
     # stride = kernel, no pads: the tiles MatMul
     Config(src=(3, 4), kernel=(2, 2), strides=2, ic=5, oc=3, name="2d_tiles"),
     Config(src=(2, 3, 2), kernel=(2, 2, 2), strides=2, ic=3, oc=4, data_format="NXC", weights_format="XOI",
@@ -113,7 +116,7 @@ def test_extra_cases_reach_the_rarer_candidates():
                    (FWD, base.CONVOLUTION_BACKWARD_DATA), (BWD_D, base.FRAMES),
                    (BWD_D, base.CONV_TRANSPOSE_BACKWARD_DATA), (BWD_D, base.TILES), (BWD_W, base.FRAMES),
                    (BWD_W, base.CONVOLUTION_BACKWARD_WEIGHTS), (FWD, base.CHANNELS_LAST), (BWD_D, base.CHANNELS_LAST),
-                   (BWD_W, base.CHANNELS_LAST)]:
+                   (BWD_W, base.CHANNELS_LAST), (FWD, base.LIFTED), (BWD_D, base.LIFTED), (BWD_W, base.LIFTED)]:
         assert wanted in seen, wanted
 
 

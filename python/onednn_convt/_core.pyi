@@ -30,7 +30,8 @@ class Executor:
     def __init__(
         self, compiled: CompiledOp, input_dtypes: Sequence[np.dtype[Any]], output_dtype: np.dtype[Any],
         finite_code: str = "", order: Sequence[int] = (), emulated: str = "", call_size: int = 0,
-        call_strides: Sequence[Sequence[int]] = (),
+        call_strides: Sequence[Sequence[int]] = (), call_shapes: Sequence[Sequence[int]] = (),
+        call_out_shape: Sequence[int] = (),
     ) -> None: ...
     def run(self, inputs: tuple[Any, ...], out: Any) -> np.ndarray: ...
     def run_pointers(self, inputs: Sequence[int], out: int) -> None: ...

@@ -213,10 +213,17 @@ def check_library_range(op: str, low: Lowering, arrays: Sequence[Any]) -> None:
     xs = shapes.split_activation(src, data_format)[2]
     ys = shapes.split_activation(dst, data_format)[2]
     kernel = weights[2:] if weights_format in ("IOX", "OIX") else weights[:-2]
+    # a lifted 1-D call (lowering.lifted) has one more spatial dim than its arrays, first, of size 1
+    xs, ys, kernel = (_lifted(v, len(a["strides"])) for v in (xs, ys, kernel))
     op_pad = a.get("output_padding") or [0] * len(kernel)
     for i, k in enumerate(kernel):
         _check_dim(op, i, max(xs[i], ys[i]), k, a["strides"][i], a["dilations"][i], a["pads_begin"][i],
                    a["pads_end"][i], op_pad[i])
+
+
+def _lifted(sizes: Sequence[int], rank: int) -> tuple[int, ...]:
+    """``sizes`` of a spatial dim each, with leading 1s up to ``rank`` dims."""
+    return (1,) * (rank - len(sizes)) + tuple(sizes)
 
 
 def check_problem_range(op: str, output_name: str, p: Problem) -> None:

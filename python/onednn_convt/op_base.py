@@ -60,15 +60,15 @@ class Op:
         staged = getattr(low, "bias_stage", False)
         if isinstance(plan, PhasedPlan):  # the phases, then a BiasAdd over dst where staged
             kinds = sorted({p.lowering.kind + ("+bias (core)" if p.lowering.host_bias is not None else "")
-                            + (" in NXC, reordered" if p.lowering.name == lowering.base.CHANNELS_LAST else "")
-                            for p in plan.plans if p is not None})
+                            + (" " + _wrapper_note(p.lowering.name)).rstrip() for p in plan.plans if p is not None})
             parts = "groups" if low.kind == lowering.base.PER_GROUP else "phases, stride 1"
             text = (f"{low.kind}{'+BiasAdd' if staged and plan.bias_axis is not None else ''} "
                     f"({len(low.phases)} {parts}: {', '.join(kinds) or 'the bias alone'})")
         else:
             text = str(low.kind) + ("+BiasAdd: 2 partitions" if staged else "")
             text += "+bias (core)" if getattr(low, "host_bias", None) is not None else ""
-            text += " (in NXC, reordered)" if getattr(low, "name", "") == lowering.base.CHANNELS_LAST else ""
+            note = _wrapper_note(getattr(low, "name", ""))
+            text += f" ({note})" if note else ""
         text += " (f32 emulation)" if plan.emulated else ""
         tuning = getattr(plan, "tuning", None)
         return text if tuning is None else f"{text} (tuned: {tuning.name})"
@@ -353,6 +353,11 @@ class Op:
     def _problem(self, arrays: Sequence[Any], code: str) -> Problem:
         """Check a call's arrays against the attributes and describe it (dtype ``code``)."""
         raise NotImplementedError
+
+
+def _wrapper_note(name: str) -> str:
+    """How a wrapping lowering ran its library op ("" for the others)."""
+    return {lowering.base.CHANNELS_LAST: "in NXC, reordered", lowering.base.LIFTED: "as 2-D"}.get(name, "")
 
 
 class WeightsOp(Op):

@@ -390,30 +390,40 @@ def compile_lowering(
             return compile_lowering(lowering.exact or lowering, arrays, None, dtype, "f32", True, constant_weights)
 
         plan.make_fallback = make_fallback
-    # the executor passes the call's arrays and out as given
+    # the executor passes the call's arrays and out as given (a lifted call's with their
+    # unit axes: the library's tensors are the same memory, told their shapes)
     as_called = lowering.prepare is None and not lowering.library_shape
-    fast_ok = plan.direct and not plan.fixers and as_called
+    call_arrays = [arrays[i] for i in lowering.inputs]
+    lifted = _unit_shapes(lowering, call_arrays) if lowering.unit_views else {}
+    fast_ok = plan.direct and not plan.fixers and (as_called or lowering.unit_views)
     if fast_ok and (not guard or out_desc[1] == shapes.dense_strides(shape)):
         # with a guard the executor checks the result for Inf/NaN too (a dense one only)
         # the executor takes the call's arrays, so it is told the library's order of them
-        plan.executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
+        plan.executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs), **lifted)
     elif plan.direct and not plan.fixers and lowering.prepare is not None and _views_of_the_call(arrays, lowering, args) \
             and out_desc[1] == shapes.dense_strides(shape):
         # DCGAN's z layer (1x1 -> 4x4) as one MatMul over the call's memory, reshaped
         plan.pointer_executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs))
-    elif emulated and native.fast_conversion and as_called and lowering.finish is None:
+    elif emulated and native.fast_conversion and (as_called or lowering.unit_views) and lowering.finish is None:
         # C++ converts the bf16/f16 arrays, of any non-negative strides (channels-last
         # weights), into per-thread f32 staging memory, runs the f32 op and rounds back:
         # no Python and no fresh f32 buffers per call. The out= arrays this cannot match
-        # (not C-contiguous) take plan.run.
-        call_arrays = [arrays[i] for i in lowering.inputs]
-        if all(_convertible(a) for a in call_arrays) and (out is None or out.flags.c_contiguous):
-            strides = [[] if a.flags.c_contiguous else [s // a.itemsize for s in a.strides] for a in call_arrays]
+        # (not C-contiguous) take plan.run. Strides are those of the library's tensors.
+        views = lowering.prepare(call_arrays) if lowering.unit_views and lowering.prepare else call_arrays
+        if all(_convertible(a) for a in views) and (out is None or out.flags.c_contiguous):
+            strides = [[] if a.flags.c_contiguous else [s // a.itemsize for s in a.strides] for a in views]
             plan.executor = native.Executor(
                 compiled, [dtype] * len(args), dtype, "", list(lowering.inputs), dtypes.resolve(dtype),
-                call_strides=strides,
+                call_strides=strides, **lifted,
             )
     return plan
+
+
+def _unit_shapes(lowering: Lowering, call_arrays: Sequence[Any]) -> dict[str, Any]:
+    """The executor's ``call_shapes`` and ``call_out_shape`` of a lowering whose library
+    tensors are the call's arrays and result with axes of size 1 inserted
+    (``Lowering.unit_views``)."""
+    return {"call_shapes": [list(a.shape) for a in call_arrays], "call_out_shape": list(lowering.out_shape)}
 
 
 def _views_of_the_call(arrays: Sequence[Any], lowering: Lowering, args: Sequence[Any]) -> bool:

@@ -46,6 +46,14 @@ struct Executor {
     // emulated: per library input, the call array's strides (in elements) where they are not
     // the dense ones of the compiled f32 input; empty where they are
     std::vector<std::vector<int64_t>> call_strides;
+    // per library input, the call array's shape where it is not the compiled one, which
+    // it may differ from by dims of size 1 alone (a lifted 1-D call: the library's input
+    // is a view of the call's array with a unit axis inserted); empty where it is. The
+    // compiled strides (or call_strides) of the other dims are the array's, in order.
+    std::vector<std::vector<int64_t>> call_shapes;
+    // the result's shape where it is not the compiled output's (differing by dims of size
+    // 1 alone, as call_shapes); empty where it is
+    std::vector<int64_t> call_out_shape;
     // emulated: element counts of the inputs and the output, and their offsets (in floats,
     // 64-byte aligned) in the staging memory, which holds `staged_total` floats
     std::vector<size_t> staged_sizes, staged_offsets;
@@ -73,16 +81,44 @@ struct Executor {
         return true;
     }
 
-    // Whether h is an array of dtype, d's shape and `strides` (in elements), aligned.
-    static bool matches(const py::handle &h, const py::dtype &dtype, const TensorDesc &d,
-                        const std::vector<int64_t> &strides) {
+    // Whether h is an array of dtype and `shape`, aligned, laid out as a tensor of `compiled`
+    // shape and `strides` (in elements): the same sizes and strides for every dim of more
+    // than one element, in order (a size-1 dim's stride addresses nothing).
+    static bool matches(const py::handle &h, const py::dtype &dtype, const std::vector<int64_t> &shape,
+                        const std::vector<int64_t> &compiled, const std::vector<int64_t> &strides) {
         if (!py::isinstance<py::array>(h)) return false;
         auto a = py::reinterpret_borrow<py::array>(h);
-        if (static_cast<size_t>(a.ndim()) != d.shape.size() || !a.dtype().equal(dtype)) return false;
+        if (static_cast<size_t>(a.ndim()) != shape.size() || !a.dtype().equal(dtype)) return false;
         const auto item = a.itemsize();
-        for (size_t i = 0; i < d.shape.size(); ++i)  // (a size-1 dim's stride addresses nothing)
-            if (a.shape(i) != d.shape[i] || (d.shape[i] != 1 && a.strides(i) != strides[i] * item)) return false;
+        size_t j = 0;  // the compiled dim that the array's next dim of more than one element is
+        for (size_t i = 0; i < shape.size(); ++i) {
+            if (a.shape(i) != shape[i]) return false;
+            if (shape[i] == 1) continue;
+            while (j < compiled.size() && compiled[j] == 1) ++j;
+            if (j == compiled.size() || compiled[j] != shape[i] || a.strides(i) != strides[j] * item) return false;
+            ++j;
+        }
         return reinterpret_cast<uintptr_t>(a.data()) % item == 0;
+    }
+
+    // Whether two shapes differ by dims of size 1 alone.
+    static bool same_but_units(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
+        std::vector<int64_t> x, y;
+        for (auto n : a)
+            if (n != 1) x.push_back(n);
+        for (auto n : b)
+            if (n != 1) y.push_back(n);
+        return x == y;
+    }
+
+    // The shape the call's array for library input i has.
+    const std::vector<int64_t> &input_shape(size_t i) const {
+        return i < call_shapes.size() && !call_shapes[i].empty() ? call_shapes[i] : compiled.op->spec().inputs[i].shape;
+    }
+
+    // The shape of the result the call gets.
+    const std::vector<int64_t> &result_shape() const {
+        return call_out_shape.empty() ? compiled.op->spec().output.shape : call_out_shape;
     }
 
     // Whether the call's array for library input i has other strides than the compiled one.
@@ -107,15 +143,17 @@ struct Executor {
         std::vector<void *> ptrs(order.size());
         for (size_t i = 0; i < order.size(); ++i) {
             const auto h = inputs[order[i]];
-            if (!matches(h, input_dtypes[i], spec.inputs[i], input_strides(i))) throw SignatureMismatch();
+            if (!matches(h, input_dtypes[i], input_shape(i), spec.inputs[i].shape, input_strides(i)))
+                throw SignatureMismatch();
             ptrs[i] = const_cast<void *>(py::reinterpret_borrow<py::array>(h).data());
         }
         py::array result;
         if (out.is_none()) {
             if (!dense_output) throw SignatureMismatch();
-            result = host_array(output_dtype, {spec.output.shape.begin(), spec.output.shape.end()});
+            result = host_array(output_dtype, {result_shape().begin(), result_shape().end()});
         } else {
-            if (!matches(out, output_dtype, spec.output, spec.output.strides)) throw SignatureMismatch();
+            if (!matches(out, output_dtype, result_shape(), spec.output.shape, spec.output.strides))
+                throw SignatureMismatch();
             result = py::reinterpret_borrow<py::array>(out);
             if (!result.writeable()) throw SignatureMismatch();
             auto [lo, hi] = extent(result);
@@ -208,8 +246,16 @@ void register_executor(py::module_ &m) {
     py::class_<Executor>(m, "Executor")
             .def(py::init([](const PyCompiledOp &c, std::vector<py::dtype> in, py::dtype out,
                              std::string finite_code, std::vector<size_t> order, std::string emulated,
-                             size_t call_size, std::vector<std::vector<int64_t>> call_strides) {
+                             size_t call_size, std::vector<std::vector<int64_t>> call_strides,
+                             std::vector<std::vector<int64_t>> call_shapes, std::vector<int64_t> call_out_shape) {
                      const auto &spec = c.op->spec();
+                     if (!call_shapes.empty() && call_shapes.size() != in.size())
+                         throw std::invalid_argument("Executor: one call_shapes entry per input expected");
+                     for (size_t i = 0; i < call_shapes.size(); ++i)
+                         if (!call_shapes[i].empty() && !Executor::same_but_units(call_shapes[i], spec.inputs[i].shape))
+                             throw std::invalid_argument("Executor: a call shape may differ from the compiled one by dims of size 1 alone");
+                     if (!call_out_shape.empty() && !Executor::same_but_units(call_out_shape, spec.output.shape))
+                         throw std::invalid_argument("Executor: the call's output shape may differ from the compiled one by dims of size 1 alone");
                      if (in.size() != spec.inputs.size())
                          throw std::invalid_argument("Executor: one dtype per input expected");
                      if (order.empty())
@@ -268,14 +314,16 @@ void register_executor(py::module_ &m) {
                          throw std::invalid_argument("Executor: finite_code needs a dense bf16 or f16 output");
                      Executor e{c, std::move(in), std::move(order), call_size, std::move(unused), std::move(out),
                                 dense, std::move(finite_code), std::move(emulated), std::move(call_strides),
-                                {}, {}, 0};
+                                std::move(call_shapes), std::move(call_out_shape), {}, {}, 0};
                      if (!e.emulated.empty()) e.plan_staging();
                      return e;
                  }),
                  py::arg("compiled"), py::arg("input_dtypes"), py::arg("output_dtype"),
                  py::arg("finite_code") = "", py::arg("order") = std::vector<size_t>{},
                  py::arg("emulated") = "", py::arg("call_size") = 0,
-                 py::arg("call_strides") = std::vector<std::vector<int64_t>>{})
+                 py::arg("call_strides") = std::vector<std::vector<int64_t>>{},
+                 py::arg("call_shapes") = std::vector<std::vector<int64_t>>{},
+                 py::arg("call_out_shape") = std::vector<int64_t>{})
             .def("run", &Executor::run, py::arg("inputs"), py::arg("out"),
                  "Run on arrays matching the plan exactly, else raise SignatureMismatch.")
             .def("run_pointers", &Executor::run_pointers, py::arg("inputs"), py::arg("out"),

@@ -32,8 +32,8 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
-from . import backward_data, backward_weights, channels_last, forward, per_group, polyphase, rules
-from .base import CHANNELS_LAST, MATMUL, PER_GROUP, POLYPHASE, Lowering
+from . import backward_data, backward_weights, channels_last, forward, lifted, per_group, polyphase, rules
+from .base import CHANNELS_LAST, LIFTED, MATMUL, PER_GROUP, POLYPHASE, Lowering
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
 
@@ -67,7 +67,9 @@ def rule(p: Problem, *, native: bool = False, phase: bool = False) -> str:
 
 
 def _choose(p: Problem, names: list[str], phase: bool = False) -> str:
-    chosen = rules.measured(p, names, phase=phase)
+    chosen = lifted.choice(p, names)  # measured apart from the tables
+    if chosen is None:
+        chosen = rules.measured(p, names, phase=phase)
     if chosen not in names:
         chosen = rules.fallback(p)
     assert chosen in names, (chosen, names)
@@ -75,14 +77,17 @@ def _choose(p: Problem, names: list[str], phase: bool = False) -> str:
 
 
 def _valid(p: Problem, native: bool) -> list[str]:
-    names = _CANDIDATES[p.op](p)
+    own = _CANDIDATES[p.op](p)
+    names = list(own)
     in_f32: list[str] = []
     if p.dtype in ("bf16", "f16") and len(names) > 1 and not native:
         built = [_BUILD[p.op](p, n) for n in names]
         in_f32 = [n + IN_F32 for n, low in zip(names, built) if not low.f32_only and low.kind != MATMUL]
     # (the NXC problem has the same guards: under a guard's route, channels-last runs it too)
-    if channels_last.applies(p) and _channels_last_names(channels_last.nxc_problem(p)):
+    if channels_last.applies(p) and _wrapped_names(channels_last.nxc_problem(p), channels_last.wraps):
         names.append(CHANNELS_LAST)
+    if lifted.applies(p, own) and _wrapped_names(lifted.plane_problem(p), lifted.wraps):
+        names.append(LIFTED)
     names += in_f32
     if polyphase.applies(p):  # its stride-1 phases are kept from every stride guard's kernels too
         names.append(POLYPHASE)
@@ -107,15 +112,16 @@ def _part_rule(p: Problem) -> str:
     return _choose(p, [n for n in _valid(p, True) if n not in _PARTED], phase=True)
 
 
-def _channels_last_names(q: Problem) -> list[str]:
-    """The candidates of ``q`` (an NCX problem's NXC form) that a channels-last lowering can
-    run: one library op on the arrays (:func:`.channels_last.wraps`), native."""
-    return [n for n in _CANDIDATES[q.op](q) if channels_last.wraps(_BUILD[q.op](q, n))]
+def _wrapped_names(q: Problem, wraps: Callable[[Lowering], bool]) -> list[str]:
+    """The candidates of ``q`` (the problem a wrapping lowering computes: an NCX problem's
+    NXC form, a 1-D problem's 2-D one) that the wrapper can run (``wraps``: one library op
+    on the arrays), native."""
+    return [n for n in _CANDIDATES[q.op](q) if wraps(_BUILD[q.op](q, n))]
 
 
-def _channels_last_inner(q: Problem) -> Optional[str]:
-    """The rules' choice among :func:`_channels_last_names` of ``q``; None if there is none."""
-    names = _channels_last_names(q)
+def _wrapped_inner(q: Problem, names: list[str]) -> Optional[str]:
+    """The rules' choice among ``names`` (those a wrapping lowering can run) of ``q``; None
+    if there is none."""
     if not names:
         return None
     chosen = rules.measured(q, names)
@@ -135,10 +141,16 @@ def build(p: Problem, name: str) -> Lowering:
         return replace(build(replace(p, dtype="f32"), POLYPHASE), f32_only=True, name=name)
     if name == CHANNELS_LAST:
         q = channels_last.nxc_problem(p)
-        inner = _channels_last_inner(q) if channels_last.applies(p) else None
+        inner = _wrapped_inner(q, _wrapped_names(q, channels_last.wraps)) if channels_last.applies(p) else None
         if inner is None:
             raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
         return replace(channels_last.build(p, build(q, inner)), single_thread=small)
+    if name == LIFTED:
+        q = lifted.plane_problem(p)
+        inner = _wrapped_inner(q, _wrapped_names(q, lifted.wraps)) if lifted.applies(p, _CANDIDATES[p.op](p)) else None
+        if inner is None:
+            raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
+        return replace(lifted.build(p, build(q, inner)), single_thread=small)
     if name.endswith(IN_F32):
         base_name = name[: -len(IN_F32)]
         low = forward.build(p, base_name, in_f32=True) if p.op == FORWARD else _BUILD[p.op](p, base_name)

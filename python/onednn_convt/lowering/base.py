@@ -61,6 +61,9 @@ class Lowering:
             :func:`onednn_convt.lowering.forward.bias_apart`); None: no such bias.
         phases: the stride-1 ops of a polyphase lowering (:mod:`.polyphase`; ``kind``
             ``"Polyphase"``), run in turn; empty for every other lowering.
+        unit_views: ``prepare`` only inserts axes of size 1 (a lifted 1-D call,
+            :mod:`.lifted`): the library's inputs and output are the call's memory, and the
+            C++ executor takes the call's arrays as they are.
     """
 
     kind: str
@@ -81,6 +84,7 @@ class Lowering:
     bias_stage: bool = False
     host_bias: Optional[int] = None
     phases: tuple[Phase, ...] = ()
+    unit_views: bool = False
 
     @property
     def library_out_shape(self) -> tuple[int, ...]:
@@ -145,3 +149,5 @@ POLYPHASE = "Polyphase"
 PER_GROUP = "Per group"
 #: an NCX call run as its NXC problem between reorders (:mod:`.channels_last`)
 CHANNELS_LAST = "Channels-last"
+#: a 1-D call run as its 2-D problem of height 1 (:mod:`.lifted`)
+LIFTED = "Lifted to 2-D"
