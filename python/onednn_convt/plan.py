@@ -394,12 +394,12 @@ def compile_lowering(
     # unit axes: the library's tensors are the same memory, told their shapes)
     as_called = lowering.prepare is None and not lowering.library_shape
     call_arrays = [arrays[i] for i in lowering.inputs]
-    lifted = _unit_shapes(lowering, call_arrays) if lowering.unit_views else {}
+    unit_shapes = _unit_shapes(lowering, call_arrays) if lowering.unit_views else {}
     fast_ok = plan.direct and not plan.fixers and (as_called or lowering.unit_views)
     if fast_ok and (not guard or out_desc[1] == shapes.dense_strides(shape)):
         # with a guard the executor checks the result for Inf/NaN too (a dense one only)
         # the executor takes the call's arrays, so it is told the library's order of them
-        plan.executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs), **lifted)
+        plan.executor = native.Executor(compiled, [dtype] * len(args), dtype, guard, list(lowering.inputs), **unit_shapes)
     elif plan.direct and not plan.fixers and lowering.prepare is not None and _views_of_the_call(arrays, lowering, args) \
             and out_desc[1] == shapes.dense_strides(shape):
         # DCGAN's z layer (1x1 -> 4x4) as one MatMul over the call's memory, reshaped
@@ -414,7 +414,7 @@ def compile_lowering(
             strides = [[] if a.flags.c_contiguous else [s // a.itemsize for s in a.strides] for a in views]
             plan.executor = native.Executor(
                 compiled, [dtype] * len(args), dtype, "", list(lowering.inputs), dtypes.resolve(dtype),
-                call_strides=strides, **lifted,
+                call_strides=strides, **unit_shapes,
             )
     return plan
 
