@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
-from . import backward_data, backward_weights, channels_last, forward, lifted, per_group, polyphase, rules
+from . import backward_data, backward_weights, base, channels_last, forward, lifted, per_group, polyphase, rules
 from .base import CHANNELS_LAST, LIFTED, MATMUL, PER_GROUP, POLYPHASE, Lowering
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
@@ -84,9 +84,9 @@ def _valid(p: Problem, native: bool) -> list[str]:
         built = [_BUILD[p.op](p, n) for n in names]
         in_f32 = [n + IN_F32 for n, low in zip(names, built) if not low.f32_only and low.kind != MATMUL]
     # (the NXC problem has the same guards: under a guard's route, channels-last runs it too)
-    if channels_last.applies(p) and _wrapped_names(channels_last.nxc_problem(p), channels_last.wraps):
+    if channels_last.applies(p) and _wrapped_names(channels_last.nxc_problem(p)):
         names.append(CHANNELS_LAST)
-    if lifted.applies(p, own) and _wrapped_names(lifted.plane_problem(p), lifted.wraps):
+    if lifted.applies(p, own) and _wrapped_names(lifted.plane_problem(p)):
         names.append(LIFTED)
     names += in_f32
     if polyphase.applies(p):  # its stride-1 phases are kept from every stride guard's kernels too
@@ -112,11 +112,11 @@ def _part_rule(p: Problem) -> str:
     return _choose(p, [n for n in _valid(p, True) if n not in _PARTED], phase=True)
 
 
-def _wrapped_names(q: Problem, wraps: Callable[[Lowering], bool]) -> list[str]:
+def _wrapped_names(q: Problem) -> list[str]:
     """The candidates of ``q`` (the problem a wrapping lowering computes: an NCX problem's
-    NXC form, a 1-D problem's 2-D one) that the wrapper can run (``wraps``: one library op
-    on the arrays), native."""
-    return [n for n in _CANDIDATES[q.op](q) if wraps(_BUILD[q.op](q, n))]
+    NXC form, a 1-D problem's 2-D one) that the wrapper can run (one library op on the
+    arrays: :func:`.base.one_library_op`), native."""
+    return [n for n in _CANDIDATES[q.op](q) if base.one_library_op(_BUILD[q.op](q, n))]
 
 
 def _wrapped_inner(q: Problem, names: list[str]) -> Optional[str]:
@@ -141,13 +141,13 @@ def build(p: Problem, name: str) -> Lowering:
         return replace(build(replace(p, dtype="f32"), POLYPHASE), f32_only=True, name=name)
     if name == CHANNELS_LAST:
         q = channels_last.nxc_problem(p)
-        inner = _wrapped_inner(q, _wrapped_names(q, channels_last.wraps)) if channels_last.applies(p) else None
+        inner = _wrapped_inner(q, _wrapped_names(q)) if channels_last.applies(p) else None
         if inner is None:
             raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
         return replace(channels_last.build(p, build(q, inner)), single_thread=small)
     if name == LIFTED:
         q = lifted.plane_problem(p)
-        inner = _wrapped_inner(q, _wrapped_names(q, lifted.wraps)) if lifted.applies(p, _CANDIDATES[p.op](p)) else None
+        inner = _wrapped_inner(q, _wrapped_names(q)) if lifted.applies(p, _CANDIDATES[p.op](p)) else None
         if inner is None:
             raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
         return replace(lifted.build(p, build(q, inner)), single_thread=small)

@@ -99,6 +99,15 @@ class Lowering:
         return self.prepare(args) if self.prepare is not None else args
 
 
+def one_library_op(inner: Lowering) -> bool:
+    """Whether ``inner`` can run inside a wrapping lowering (:mod:`.channels_last`,
+    :mod:`.lifted`), which hands the library views or copies of the call's arrays and takes
+    its result as written: a single library op on the arrays, which writes its problem's
+    result itself, and so is its f32 redo (``exact``) if it has one."""
+    return (not inner.phases and inner.finish is None and not inner.library_shape
+            and (inner.exact is None or one_library_op(inner.exact)))
+
+
 def parts_native(dtype: str) -> bool:
     """Whether a lowering of several library ops on views (polyphase, per group) runs in
     ``dtype`` itself here: f32, or bf16 where the CPU has native bf16 kernels (each part

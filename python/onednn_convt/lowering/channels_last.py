@@ -62,18 +62,10 @@ def nxc_problem(p: Problem) -> Problem:
     return replace(p, data_format="NXC", input_shapes=inputs, out_shape=out)
 
 
-def wraps(inner: Lowering) -> bool:
-    """Whether ``inner`` (a lowering of the NXC problem) can run inside this one: a single
-    library op on the arrays, whose result is the NXC problem's as the library writes it,
-    and so is its f32 redo (``exact``) if it has one."""
-    return (not inner.phases and inner.finish is None and not inner.library_shape
-            and (inner.exact is None or wraps(inner.exact)))
-
-
 def build(p: Problem, inner: Lowering) -> Lowering:
     """The channels-last lowering of ``p`` (:func:`applies`) around ``inner``, a lowering of
-    :func:`nxc_problem` that :func:`wraps` accepts."""
-    assert applies(p) and wraps(inner), (p.data_format, inner.name)
+    :func:`nxc_problem` that :func:`~onednn_convt.lowering.base.one_library_op` accepts."""
+    assert applies(p) and base.one_library_op(inner), (p.data_format, inner.name)
     moved = activations(p)
     at = [j for j, i in enumerate(inner.inputs) if i in moved]  # the activations among the library's inputs
     copied = [p.input_shapes[inner.inputs[j]] for j in at]

@@ -58,8 +58,8 @@ def choice(p: Problem, names: Sequence[str]) -> Optional[str]:
     else None: a 1-D depthwise problem, on a dispatch ISA where that was measured
     (:data:`MEASURED_ON`), runs lifted; a strided BackwardWeights whose kernel is longer than
     its stride, as the polyphase lowering (in f32 where the dtype is computed in f32 here),
-    whose stride-1 phases (1-D depthwise problems again) run lifted. oneDNN 3.2's strided depthwise weights-gradient kernels are slow in
-    2-D too (``benchmarks/NOTES.md``)."""
+    whose stride-1 phases (1-D depthwise problems again) run lifted. oneDNN 3.2's strided
+    depthwise weights-gradient kernels are slow in 2-D too (``benchmarks/NOTES.md``)."""
     if not (base.LIFTED in names and p.groups > 1 and p.depthwise and guards.dispatch_isa() in MEASURED_ON):
         return None
     if p.op == BACKWARD_WEIGHTS and 1 < p.geometry.strides[0] < p.kernel[0]:
@@ -107,19 +107,11 @@ def plane_problem(p: Problem) -> Problem:
                    output_padding=(0, *p.output_padding), input_shapes=lifted, out_shape=_lift(p.out_shape, out))
 
 
-def wraps(inner: Lowering) -> bool:
-    """Whether ``inner`` (a lowering of the 2-D problem) can run inside this one: a single
-    library op on the arrays, which writes the 2-D result itself, and so is its f32 redo
-    (``exact``) if it has one."""
-    return (not inner.phases and inner.finish is None and not inner.library_shape
-            and (inner.exact is None or wraps(inner.exact)))
-
-
 def build(p: Problem, inner: Lowering) -> Lowering:
     """The lifted lowering of ``p`` (:func:`applies`) around ``inner``, a lowering of
-    :func:`plane_problem` that :func:`wraps` accepts. The library writes the 2-D result
-    (``library_shape``), a reshape of the 1-D one."""
-    assert p.rank == 1 and wraps(inner), (p.rank, inner.name)
+    :func:`plane_problem` that :func:`~onednn_convt.lowering.base.one_library_op` accepts.
+    The library writes the 2-D result (``library_shape``), a reshape of the 1-D one."""
+    assert p.rank == 1 and base.one_library_op(inner), (p.rank, inner.name)
     inputs, _ = axes(p)
     at = [inputs[i] for i in inner.inputs]  # each library input's unit axis
     before = inner.prepare
