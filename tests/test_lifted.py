@@ -116,6 +116,11 @@ def test_the_executor_refuses_shapes_that_differ_in_more_than_unit_dims() -> Non
         native.Executor(compiled, dtypes, f32, call_shapes=wrong)
     with pytest.raises(ValueError, match="size 1 alone"):
         native.Executor(compiled, dtypes, f32, call_out_shape=[*low.out_shape, 2])
+    # more dtypes (and call shapes) than the op has inputs: refused before any shape is read
+    with pytest.raises(ValueError, match="one dtype per input"):
+        native.Executor(compiled, dtypes * 2, f32, call_shapes=shapes * 2)
+    with pytest.raises(ValueError, match="one call_shapes entry per input"):
+        native.Executor(compiled, dtypes, f32, call_shapes=shapes[:1])
 
 
 def _problem(op: str, cfg: Config, code: str = "f32") -> Any:

@@ -249,6 +249,8 @@ void register_executor(py::module_ &m) {
                              size_t call_size, std::vector<std::vector<int64_t>> call_strides,
                              std::vector<std::vector<int64_t>> call_shapes, std::vector<int64_t> call_out_shape) {
                      const auto &spec = c.op->spec();
+                     if (in.size() != spec.inputs.size())
+                         throw std::invalid_argument("Executor: one dtype per input expected");
                      if (!call_shapes.empty() && call_shapes.size() != in.size())
                          throw std::invalid_argument("Executor: one call_shapes entry per input expected");
                      for (size_t i = 0; i < call_shapes.size(); ++i)
@@ -256,8 +258,6 @@ void register_executor(py::module_ &m) {
                              throw std::invalid_argument("Executor: a call shape may differ from the compiled one by dims of size 1 alone");
                      if (!call_out_shape.empty() && !Executor::same_but_units(call_out_shape, spec.output.shape))
                          throw std::invalid_argument("Executor: the call's output shape may differ from the compiled one by dims of size 1 alone");
-                     if (in.size() != spec.inputs.size())
-                         throw std::invalid_argument("Executor: one dtype per input expected");
                      if (order.empty())
                          for (size_t i = 0; i < in.size(); ++i) order.push_back(i);
                      if (order.size() != in.size())
