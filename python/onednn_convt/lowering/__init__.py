@@ -119,9 +119,9 @@ def _wrapped_names(q: Problem) -> list[str]:
     return [n for n in _CANDIDATES[q.op](q) if base.one_library_op(_BUILD[q.op](q, n))]
 
 
-def _wrapped_inner(q: Problem, names: list[str]) -> Optional[str]:
-    """The rules' choice among ``names`` (those a wrapping lowering can run) of ``q``; None
-    if there is none."""
+def _wrapped_inner(q: Problem) -> Optional[str]:
+    """The rules' choice among :func:`_wrapped_names` of ``q``; None if there is none."""
+    names = _wrapped_names(q)
     if not names:
         return None
     chosen = rules.measured(q, names)
@@ -141,13 +141,13 @@ def build(p: Problem, name: str) -> Lowering:
         return replace(build(replace(p, dtype="f32"), POLYPHASE), f32_only=True, name=name)
     if name == CHANNELS_LAST:
         q = channels_last.nxc_problem(p)
-        inner = _wrapped_inner(q, _wrapped_names(q)) if channels_last.applies(p) else None
+        inner = _wrapped_inner(q) if channels_last.applies(p) else None
         if inner is None:
             raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
         return replace(channels_last.build(p, build(q, inner)), single_thread=small)
     if name == LIFTED:
         q = lifted.plane_problem(p)
-        inner = _wrapped_inner(q, _wrapped_names(q)) if lifted.applies(p, _CANDIDATES[p.op](p)) else None
+        inner = _wrapped_inner(q) if lifted.applies(p, _CANDIDATES[p.op](p)) else None
         if inner is None:
             raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
         return replace(lifted.build(p, build(q, inner)), single_thread=small)
