@@ -85,6 +85,11 @@ Z3=$R/zen3
 # suites' 1-D layers were tuned again too (f32 and bf16, twice): the MatMul won no new
 # configuration there, and the 12 choices that moved between near-equal candidates ran 1.01x
 # the old ones (0.88-1.19x), old against new alternated; those runs stay out.
+# The small random layers (random_layers.py draw --small, seeds 20, 21 and 23: 0.1-5 M
+# multiply-adds, batch 1-16, at most 128 channels; *_small_t*) fill the corner the other runs
+# left empty: calls of tens to hundreds of microseconds, where each op's fixed costs decide.
+# The table's nearest layers there had been large ones, whose polyphase and MatMul choices ran
+# up to 270x slower than the library op on small ones (benchmarks/NOTES.md); seed 22 held out.
 $MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.json \
     $Z3/tune_broad_fit.json $Z3/tune_broad_holdout.json \
     $Z3/tune_random_s1.json $Z3/tune_random_s1_again.json $Z3/tune_random_s1_third.json \
@@ -93,6 +98,9 @@ $MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.js
     $Z3/tune_random_s5.json $Z3/tune_random_s5_again.json $Z3/tune_random_s5_third.json \
     $Z3/tune_random_s6.json $Z3/tune_random_s6_again.json $Z3/tune_random_s6_third.json \
     $Z3/tune_random_s9_grouped.json $Z3/tune_random_s9_grouped_again.json $Z3/tune_random_s9_grouped_third.json \
+    $Z3/tune_small_t20.json $Z3/tune_small_t20_again.json $Z3/tune_small_t20_third.json \
+    $Z3/tune_small_t21.json $Z3/tune_small_t21_again.json $Z3/tune_small_t21_third.json \
+    $Z3/tune_small_t23.json $Z3/tune_small_t23_again.json $Z3/tune_small_t23_third.json \
     --remeasured $Z3/tune_models_f32poly.json --remeasured $Z3/tune_broad_fit_f32poly.json \
     --remeasured $Z3/tune_broad_holdout_f32poly.json \
     --remeasured $Z3/tune_broad_fit_phases64.json --remeasured $Z3/tune_broad_fit_phases64_again.json \
@@ -107,7 +115,7 @@ $MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.js
     --remeasured $Z3/tune_broad_holdout_bf16staging.json --remeasured $Z3/tune_broad_holdout_bf16staging_again.json \
     --remeasured $Z3/tune_random_1d_ncxmatmul.json --remeasured $Z3/tune_random_1d_ncxmatmul_again.json \
     --remeasured $Z3/tune_random_1d_ncxmatmul_third.json \
-    --date 2026-11-28 \
-    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the two k16 s8 layers tuned again, twice, with up to 64 polyphase phases; the holdout half was added after the rules fitted without it had been checked on it; and 240 random layers (benchmarks/random_layers.py seeds 1-3, 5 and 6, and the grouped and depthwise layers of seed 9; f32, tuned three times each: each candidate's middle time; seed 4 held out), which choose for problems but not for polyphase phases; the grouped layers (2-8 groups) tuned again, three times, f32, with the per-group lowering; the bf16 configurations of the broad suite's three layers whose f32 copies pass 64 MiB tuned again, twice, once their staging memory was kept; the NCX forwards of the random 1-D dense layers tuned again, three times, once the MatMul lowering read a long NCX src as stored"
+    --date 2026-11-29 \
+    --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the two k16 s8 layers tuned again, twice, with up to 64 polyphase phases; the holdout half was added after the rules fitted without it had been checked on it; and 240 random layers (benchmarks/random_layers.py seeds 1-3, 5 and 6, and the grouped and depthwise layers of seed 9; f32, tuned three times each: each candidate's middle time; seed 4 held out), which choose for problems but not for polyphase phases; the grouped layers (2-8 groups) tuned again, three times, f32, with the per-group lowering; the bf16 configurations of the broad suite's three layers whose f32 copies pass 64 MiB tuned again, twice, once their staging memory was kept; the NCX forwards of the random 1-D dense layers tuned again, three times, once the MatMul lowering read a long NCX src as stored; and 90 small random layers (benchmarks/random_layers.py --small, seeds 20, 21 and 23: 0.1-5 M multiply-adds, calls of tens to hundreds of microseconds; f32 and bf16, tuned three times each: each candidate's middle time; seed 22 held out), which choose for problems but not for polyphase phases"
 
 $MAKE --default

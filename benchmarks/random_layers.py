@@ -8,6 +8,7 @@ strides 1-16; batch 1-32), each sized to a few tens to a few hundred million mul
 about 8 Mi elements at most, and reads the tuner's side-by-side times of every candidate::
 
     python benchmarks/random_layers.py draw --seed 1 --count 40 > layers.json
+    python benchmarks/random_layers.py draw --seed 20 --small > small.json
     python benchmarks/random_layers.py draw --seed 9 --kinds grouped,depthwise > layers.json
     ONEDNN_CONVT_CACHE_DIR=$(mktemp -d) onednn-convt tune --layers-json layers.json \\
         --dtypes f32 --retune --json tune.json
@@ -16,6 +17,10 @@ about 8 Mi elements at most, and reads the tuner's side-by-side times of every c
 ``--kinds`` keeps the layers of those kinds (of ``KINDS``) among those drawn, until it has
 ``--count``: more layers of the kinds the rules choose badly for, named by their index among
 all the seed's draws.
+``--small`` draws small layers instead: 0.1-5 million multiply-adds (a call of tens to a few
+hundred microseconds), batch 1-16 and at most 128 channels, the layers of small networks
+and of a batch of one, where a call's fixed costs (each library op's, each Python step's)
+weigh as much as its arithmetic; they are named ``t{seed}r{index}-...``.
 ``report`` prints, per run, the geometric mean over the configurations of the rules'
 time over the fastest candidate's and over the library op's (the op's own
 ConvTranspose, ConvTransposeBackwardData or ConvTransposeBackwardWeights), and each
@@ -72,14 +77,26 @@ def _channels(rng: np.random.Generator) -> tuple[int, int, int, str]:
     return (many, few, 1, kind) if kind == "one-out" else (few, many, 1, kind)
 
 
-def draw_layer(rng: np.random.Generator, seed: int, index: int) -> dict[str, Any]:
+#: multiply-adds of a drawn layer (log-uniform between the two), normal and ``--small``
+MACS = {False: (3e7, 6e8), True: (1e5, 5e6)}
+#: a small layer's bounds: batch and channels at most these
+SMALL_BATCH = 16
+SMALL_CHANNELS = 128
+
+
+def draw_layer(rng: np.random.Generator, seed: int, index: int, small: bool = False) -> dict[str, Any]:
     """One layer in the tuner's ``--layers-json`` form, named by its seed and index (so that
-    the layers of several seeds merge into one table)."""
+    the layers of several seeds merge into one table); ``small``: see the module docstring."""
     rank = int(rng.choice([1, 2, 3], p=[0.2, 0.55, 0.25]))
     k, s, p = (int(v) for v in GEOMETRIES[rank][int(rng.integers(len(GEOMETRIES[rank])))])
     ic, oc, groups, kind = _channels(rng)
     n = int(rng.choice(BATCHES))
-    macs = math.exp(rng.uniform(math.log(3e7), math.log(6e8)))
+    if small:
+        n = min(n, SMALL_BATCH)
+        while max(ic, oc) > SMALL_CHANNELS:  # halve both: the kind (its groups) stays
+            ic, oc, groups = max(1, ic // 2), max(1, oc // 2), max(1, groups // 2) if groups > 1 else 1
+    lo, hi = MACS[small]
+    macs = math.exp(rng.uniform(math.log(lo), math.log(hi)))
     per_position = n * ic * (oc // groups) * k**rank
     side = max(1, min(MAX_SIDE[rank], round((macs / per_position) ** (1 / rank))))
     while side > 1 and n * max(ic, oc) * ((side - 1) * s + k) ** rank > MAX_ELEMENTS:
@@ -88,7 +105,7 @@ def draw_layer(rng: np.random.Generator, seed: int, index: int) -> dict[str, Any
     if rank > 1 and rng.random() < 0.3:  # a non-square input
         spatial[0] = max(1, side // 2)
         spatial[-1] = min(MAX_SIDE[rank], side * 2)
-    name = f"s{seed}r{index:02d}-{rank}d-{kind}-k{k}s{s}"
+    name = f"{'t' if small else 's'}{seed}r{index:02d}-{rank}d-{kind}-k{k}s{s}"
     return {"name": name, "n": n, "ic": ic, "oc": oc, "spatial": spatial, "kernel": [k] * rank,
             "stride": s, "pad": p, "groups": groups}
 
@@ -98,14 +115,14 @@ def kind_of(layer: dict[str, Any]) -> str:
     return str(layer["name"]).split("-", 2)[2].rsplit("-", 1)[0]
 
 
-def draw(seed: int, count: int, kinds: set[str]) -> list[dict[str, Any]]:
+def draw(seed: int, count: int, kinds: set[str], small: bool = False) -> list[dict[str, Any]]:
     """The first ``count`` layers of ``kinds`` that seed ``seed`` draws (every kind: its first
-    ``count`` layers)."""
+    ``count`` layers); ``small`` ones where asked."""
     rng = np.random.default_rng(seed)
     layers: list[dict[str, Any]] = []
     index = 0
     while len(layers) < count:
-        layer = draw_layer(rng, seed, index)
+        layer = draw_layer(rng, seed, index, small)
         index += 1
         if kind_of(layer) in kinds:
             layers.append(layer)
@@ -152,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--seed", type=int, default=1)
     d.add_argument("--count", type=int, default=40)
     d.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds to keep (default: all)")
+    d.add_argument("--small", action="store_true", help="small layers (0.1-5 M multiply-adds; see above)")
     r = sub.add_parser("report", help="the rules' choices against the fastest candidate, from tune --json files")
     r.add_argument("paths", nargs="+")
     r.add_argument("--limit", type=float, default=1.5, help="list configurations slower than this (default 1.5)")
@@ -160,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         kinds = set(args.kinds.split(","))
         if not kinds <= set(KINDS):
             parser.error(f"--kinds: expected some of {', '.join(KINDS)}, got {args.kinds!r}")
-        layers = draw(args.seed, args.count, kinds)
+        layers = draw(args.seed, args.count, kinds, args.small)
         print("[\n" + ",\n".join(json.dumps(layer) for layer in layers) + "\n]")
         return 0
     return report(args.paths, args.limit)

@@ -34,6 +34,30 @@ def test_drawn_layers_are_seeded_valid_and_bounded(tmp_path, capsys):
     assert other != [x.name for x in layers]
 
 
+def test_small_layers_are_seeded_valid_and_small(tmp_path, capsys):
+    gen = benchmark_script("random_layers")
+    assert gen.main(["draw", "--seed", "20", "--count", "60", "--small"]) == 0
+    path = tmp_path / "small.json"
+    path.write_text(capsys.readouterr().out)
+    layers = tune.layers_from_json(path)
+    assert len({x.name for x in layers}) == 60 and all(x.name.startswith("t20r") for x in layers)
+    lo, hi = gen.MACS[True]
+    for x in layers:
+        out = [(s - 1) * x.stride + k - 2 * x.pad for s, k in zip(x.spatial, x.kernel)]
+        macs = x.n * x.ic * (x.oc // x.groups) * math.prod(x.kernel) * math.prod(x.spatial)
+        assert x.n <= gen.SMALL_BATCH and max(x.ic, x.oc) <= gen.SMALL_CHANNELS, x
+        assert x.ic % x.groups == 0 and x.oc % x.groups == 0 and min(out) >= 1, x
+        # the drawn work, unless the side's bounds (at least 1, at most MAX_SIDE) moved it
+        assert macs <= 4 * hi and (macs >= lo / 4 or all(s == 1 for s in x.spatial)), x
+    kinds = {gen.kind_of({"name": x.name}) for x in layers}
+    assert kinds == set(gen.KINDS)  # halving the channels keeps each kind
+    for x in layers:  # and a kind's groups
+        kind = gen.kind_of({"name": x.name})
+        assert (x.groups == x.ic == x.oc) == (kind == "depthwise") and (x.groups > 1) == (kind in ("grouped", "depthwise"))
+    normal = [layer["name"] for layer in gen_layers(gen, 20, 60)]
+    assert normal != [x.name for x in layers]
+
+
 def test_kinds_keep_the_seeds_own_layers_of_those_kinds(capsys):
     gen = benchmark_script("random_layers")
     everything = gen_layers(gen, 9, 200)
