@@ -274,6 +274,34 @@ def test_the_nearest_measured_layers_choose():
     assert rules_table.Table("t", "t", "t", {}).choose(p, ["A"]) is None  # no layers, no entries
 
 
+def test_small_calls_choose_from_small_layers_and_larger_calls_from_larger_ones():
+    """A problem of at most SMALL_CALL_FLOPS chooses from the measured layers that small,
+    a larger one from the larger layers, where the table has some on its side; else from
+    every layer. A polyphase phase's choice looks at every layer."""
+    big = _fwd_problem()
+    small = _fwd_problem(n=1, ic=8, out_channels=8, src=(4, 4))
+    assert big.flops > rules_table.SMALL_CALL_FLOPS >= small.flops
+    tiny_layer = _measured("tiny", {"A": 3.0, "B": 1.0}, n=1, ic=8, oc=8, src=(4, 4), strides=(1, 2))
+    big_layers = (_measured("big", {"A": 1.0, "B": 9.0}, n=16), _measured("wide", {"A": 1.0, "B": 9.0}, ic=128))
+    assert tiny_layer.small_call and not any(m.small_call for m in big_layers)
+    table = rules_table.Table("t", "t", "t", {}, layers=(*big_layers, tiny_layer))
+    # all three, as before the split, would say A: (log 3 + 0 + 0) / (11/6) = 0.60 against
+    # B's (0 + log 9 / 2 + log 9 / 3) / (11/6) = 1.00
+    assert rules_table.nearest_choice(table.layers, ("ConvTranspose", "f32", "NCX"), (1, 8, 8, 1, (4, 4), (4, 4), (2, 2)),
+                                      small.features, ["A", "B"], by_size=False) == "A"
+    assert table.choose(small, ["A", "B"]) == "B"  # the small layer alone
+    assert table.choose(small, ["A", "B"], phase=True) == "A"  # a phase: every layer
+    assert table.choose(big, ["A", "B"]) == "A"  # the big layers alone
+    # the big problem with a small layer nearer than the other side's: still its own side
+    near_small = (_measured("t1", {"A": 9.0, "B": 1.0}, n=1, ic=8, oc=8, src=(4, 4)),
+                  _measured("t2", {"A": 9.0, "B": 1.0}, n=2, ic=8, oc=8, src=(4, 4)))
+    mixed = rules_table.Table("t", "t", "t", {}, layers=(_measured("b", {"A": 1.0, "B": 1.1}, n=16), *near_small))
+    assert mixed.choose(big, ["A", "B"]) == "A"
+    # no layer on the problem's side: every layer decides
+    assert rules_table.Table("t", "t", "t", {}, layers=big_layers).choose(small, ["A", "B"]) == "A"
+    assert rules_table.Table("t", "t", "t", {}, layers=near_small).choose(big, ["A", "B"]) == "B"
+
+
 def test_a_layer_of_the_problems_shape_decides_alone():
     """Where the table measured the problem's very shape (batch, channels, groups, src,
     kernel, strides), its fastest candidate there wins, whatever the neighbours say; two
