@@ -56,7 +56,7 @@ UNMEASURED = 2.0
 #: nearest layers to small problems were large ones chose polyphase and MatMul lowerings
 #: that ran up to 270x the library op's time on them (benchmarks/NOTES.md), and small
 #: layers added to it moved large problems' choices (bf16 ones of held-out random layers
-#: 0.25-1.6x as fast)
+#: 0.25-5.2x as fast)
 SMALL_CALL_FLOPS = 20_000_000
 
 Key = tuple[str, str, str, str]  # op, dtype, data_format, shape_class
