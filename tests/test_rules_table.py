@@ -274,10 +274,11 @@ def test_the_nearest_measured_layers_choose():
     assert rules_table.Table("t", "t", "t", {}).choose(p, ["A"]) is None  # no layers, no entries
 
 
-def test_small_calls_choose_from_small_layers_and_larger_calls_from_larger_ones():
+def test_small_calls_choose_from_small_layers_and_larger_calls_from_larger_ones(monkeypatch):
     """A problem of at most SMALL_CALL_FLOPS chooses from the measured layers that small,
-    a larger one from the larger layers, where the table has some on its side; else from
-    every layer. A polyphase phase's choice looks at every layer."""
+    a larger one from the larger layers, where the table holds SIDE_LAYERS on each side
+    (one here); else from every layer. A polyphase phase's choice looks at every layer."""
+    monkeypatch.setattr(rules_table, "SIDE_LAYERS", 1)
     big = _fwd_problem()
     small = _fwd_problem(n=1, ic=8, out_channels=8, src=(4, 4))
     assert big.flops > rules_table.SMALL_CALL_FLOPS >= small.flops
@@ -297,9 +298,14 @@ def test_small_calls_choose_from_small_layers_and_larger_calls_from_larger_ones(
                   _measured("t2", {"A": 9.0, "B": 1.0}, n=2, ic=8, oc=8, src=(4, 4)))
     mixed = rules_table.Table("t", "t", "t", {}, layers=(_measured("b", {"A": 1.0, "B": 1.1}, n=16), *near_small))
     assert mixed.choose(big, ["A", "B"]) == "A"
-    # no layer on the problem's side: every layer decides
+    # no layer on the problem's side, or on the other: every layer decides
     assert rules_table.Table("t", "t", "t", {}, layers=big_layers).choose(small, ["A", "B"]) == "A"
     assert rules_table.Table("t", "t", "t", {}, layers=near_small).choose(big, ["A", "B"]) == "B"
+    # fewer than SIDE_LAYERS on a side (a table whose small layers are a few suite layers)
+    monkeypatch.setattr(rules_table, "SIDE_LAYERS", 2)
+    assert table.choose(small, ["A", "B"]) == "A" and mixed.choose(big, ["A", "B"]) == "B"
+    more = rules_table.Table("t", "t", "t", {}, layers=(*big_layers, tiny_layer, dataclasses.replace(tiny_layer, n=2)))
+    assert more.choose(small, ["A", "B"]) == "B"  # two on each side: split
 
 
 def test_a_layer_of_the_problems_shape_decides_alone():

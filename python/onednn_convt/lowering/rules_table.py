@@ -18,7 +18,8 @@ candidate's time over the fastest's::
 A problem of a measured layer's shape runs as that layer ran fastest; any other problem as
 its :data:`NEIGHBOURS` nearest measured layers of the same op, dtype and data format ran
 fastest (:meth:`Table.choose`, by :func:`onednn_convt.problem.features`), a small call's
-among the small layers and a larger one's among the larger (:data:`SMALL_CALL_FLOPS`). A layer of a
+among the small layers and a larger one's among the larger where the table measured both
+(:data:`SMALL_CALL_FLOPS`). A layer of a
 ``tune --layers-json`` run (a user's, or ``benchmarks/random_layers.py``'s) carries
 ``"phases": false``: it chooses for problems, not for the stride-1 phases of a polyphase
 lowering.
@@ -52,12 +53,17 @@ UNMEASURED = 2.0
 #: FLOPs (2 x multiply-adds) up to which a call is small: a few tenths of a millisecond or
 #: less on 2 cores, where each library op's and each Python step's fixed cost weighs as much
 #: as the arithmetic. A problem chooses from the measured layers on its side of this line
-#: where the table has some there (:func:`nearest_choice`): on an AMD Zen3, a table whose
+#: where the table measured both sides (:data:`SIDE_LAYERS`; :func:`nearest_choice`): on an AMD Zen3, a table whose
 #: nearest layers to small problems were large ones chose polyphase and MatMul lowerings
 #: that ran up to 270x the library op's time on them (benchmarks/NOTES.md), and small
 #: layers added to it moved large problems' choices (bf16 ones of held-out random layers
 #: 0.25-5.2x as fast)
 SMALL_CALL_FLOPS = 20_000_000
+#: measured layers of a problem's op, dtype and data format that each side of
+#: SMALL_CALL_FLOPS must hold for the split to apply: a table that measured small calls
+#: (the Zen3's small random layers), not one whose few small layers are suite layers (the
+#: other CPUs' tables, whose choices stay as they were measured and checked)
+SIDE_LAYERS = 12
 
 Key = tuple[str, str, str, str]  # op, dtype, data_format, shape_class
 
@@ -160,8 +166,9 @@ class Table:
         A table of layers: the layers of ``p``'s op, dtype and data format whose shape is
         ``p``'s (batch, channels, groups, src, kernel and strides), if any; else the
         :data:`NEIGHBOURS` of them nearest to it (Euclidean distance between :func:`onednn_convt.problem.features`)
-        among those on ``p``'s side of :data:`SMALL_CALL_FLOPS` (all of them where that side
-        has none; a phase's choice looks at all), weighted 1, 1/2, 1/3 from the nearest. Each candidate of ``names`` measured on one of
+        among those on ``p``'s side of :data:`SMALL_CALL_FLOPS` where each side holds
+        :data:`SIDE_LAYERS` at least (a phase's choice looks at all), weighted 1, 1/2, 1/3
+        from the nearest. Each candidate of ``names`` measured on one of
         them at least is scored by the weighted mean of the logarithm of its time ratio
         there, counted as :data:`UNMEASURED` (twice the fastest's time) on a layer where it
         was not measured (it did not apply, or was refused); the lowest score wins.
@@ -195,14 +202,17 @@ def nearest_choice(layers: Sequence[Measured], config: tuple[str, str, str],
     format), ``shape`` (as :attr:`Measured.shape`) and ``features``
     (:func:`onednn_convt.problem.features`); ``benchmarks/rules_cv.py`` calls it on measured
     layers left out of the table. ``by_size``: from the layers on the problem's side of
-    :data:`SMALL_CALL_FLOPS` where there are some (a polyphase phase's choice is not: the
-    table's polyphase times were measured with its phases chosen from every layer)."""
+    :data:`SMALL_CALL_FLOPS` where each side has :data:`SIDE_LAYERS` (a polyphase phase's
+    choice is not: the table's polyphase times were measured with its phases chosen from
+    every layer)."""
     n, ic, oc, groups, src, kernel, _ = shape
     gemm = problem.gemm_grouped(len(kernel), groups, ic, oc)  # measured layers of its kind only
     mine = [m for m in layers if (m.op, m.dtype, m.data_format) == config and m.gemm_grouped == gemm]
     if by_size:
         small = problem.flops(n, ic, oc, groups, kernel, src) <= SMALL_CALL_FLOPS
-        mine = [m for m in mine if m.small_call == small] or mine
+        side = [m for m in mine if m.small_call == small]
+        if min(len(side), len(mine) - len(side)) >= SIDE_LAYERS:
+            mine = side
     near = [m for m in mine if m.shape == shape]  # this very layer: its own times, weighted alike
     weights = [1.0] * len(near)
     if not near:
