@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from table_ab import describe, problem
+from table_ab import describe, problem, summary
 
 from onednn_convt import lowering, tune
 from onednn_convt.bench import suites
@@ -141,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cfg.key:<55} {old_s * 1e3:9.3f} {new_s * 1e3:9.3f} ms  {old_s / new_s:5.2f}  "
               f"{a['name']} -> {b['name']}", flush=True)
     if out:
-        ratios = [r["old_ms"] / r["new_ms"] for r in out.values()]
-        print(f"old over new: geomean {statistics.geometric_mean(ratios):.3f} over {len(ratios)}, "
-              f"{sum(x < 1 / 1.1 for x in ratios)} more than 1.10x slower with the new choices, "
-              f"{sum(x > 1.1 for x in ratios)} more than 1.10x faster, min {min(ratios):.2f}, max {max(ratios):.2f}")
+        print(summary([r["old_ms"] / r["new_ms"] for r in out.values()], "the new choices"))
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return 0

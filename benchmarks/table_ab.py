@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -120,6 +119,14 @@ def time_pair(cfg: suites.Config, old: rules_table.Table, new: rules_table.Table
             "new_ms": round(statistics.median(times["new"]) * 1e3, 4)}
 
 
+def summary(ratios: Sequence[float], new: str) -> str:
+    """The line that sums up old-over-new time ratios: their geometric mean, how many moved
+    by more than 10% either way (``new`` names the new side), the extremes."""
+    return (f"old over new: geomean {statistics.geometric_mean(ratios):.3f} over {len(ratios)}, "
+            f"{sum(x < 1 / 1.1 for x in ratios)} more than 1.10x slower with {new}, "
+            f"{sum(x > 1.1 for x in ratios)} more than 1.10x faster, min {min(ratios):.2f}, max {max(ratios):.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("old", type=Path, help="a rules table (JSON)")
@@ -155,10 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cfg.key:<50} {r['old_ms']:9.2f} {r['new_ms']:9.2f} ms  {r['old_ms'] / r['new_ms']:5.2f}  "
               f"{r['old']} -> {r['new']}", flush=True)
     if args.time and differ:
-        ratios = [r["old_ms"] / r["new_ms"] for r in out.values()]
-        print(f"old over new: geomean {math.exp(statistics.fmean(map(math.log, ratios))):.3f} over {len(ratios)}, "
-              f"{sum(x < 1 / 1.1 for x in ratios)} more than 1.10x slower with the new table, "
-              f"{sum(x > 1.1 for x in ratios)} more than 1.10x faster")
+        print(summary([r["old_ms"] / r["new_ms"] for r in out.values()], "the new table"))
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return 0
