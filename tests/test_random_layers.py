@@ -53,7 +53,8 @@ def test_small_layers_are_seeded_valid_and_small(tmp_path, capsys):
     assert kinds == set(gen.KINDS)  # halving the channels keeps each kind
     for x in layers:  # and a kind's groups
         kind = gen.kind_of({"name": x.name})
-        assert (x.groups == x.ic == x.oc) == (kind == "depthwise") and (x.groups > 1) == (kind in ("grouped", "depthwise"))
+        assert (x.groups == x.ic == x.oc) == (kind == "depthwise"), x
+        assert (x.groups > 1) == (kind in ("grouped", "depthwise")), x
     normal = [layer["name"] for layer in gen_layers(gen, 20, 60)]
     assert normal != [x.name for x in layers]
 

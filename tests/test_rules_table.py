@@ -288,8 +288,10 @@ def test_small_calls_choose_from_small_layers_and_larger_calls_from_larger_ones(
     table = rules_table.Table("t", "t", "t", {}, layers=(*big_layers, tiny_layer))
     # all three, as before the split, would say A: (log 3 + 0 + 0) / (11/6) = 0.60 against
     # B's (0 + log 9 / 2 + log 9 / 3) / (11/6) = 1.00
-    assert rules_table.nearest_choice(table.layers, ("ConvTranspose", "f32", "NCX"), (1, 8, 8, 1, (4, 4), (4, 4), (2, 2)),
-                                      small.features, ["A", "B"], by_size=False) == "A"
+    shape = (1, 8, 8, 1, (4, 4), (4, 4), (2, 2))
+    unsplit = rules_table.nearest_choice(table.layers, ("ConvTranspose", "f32", "NCX"), shape, small.features,
+                                         ["A", "B"], by_size=False)
+    assert unsplit == "A"
     assert table.choose(small, ["A", "B"]) == "B"  # the small layer alone
     assert table.choose(small, ["A", "B"], phase=True) == "A"  # a phase: every layer
     assert table.choose(big, ["A", "B"]) == "A"  # the big layers alone

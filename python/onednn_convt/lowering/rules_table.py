@@ -53,11 +53,11 @@ UNMEASURED = 2.0
 #: FLOPs (2 x multiply-adds) up to which a call is small: a few tenths of a millisecond or
 #: less on 2 cores, where each library op's and each Python step's fixed cost weighs as much
 #: as the arithmetic. A problem chooses from the measured layers on its side of this line
-#: where the table measured both sides (:data:`SIDE_LAYERS`; :func:`nearest_choice`): on an AMD Zen3, a table whose
-#: nearest layers to small problems were large ones chose polyphase and MatMul lowerings
-#: that ran up to 270x the library op's time on them (benchmarks/NOTES.md), and small
-#: layers added to it moved large problems' choices (bf16 ones of held-out random layers
-#: 0.25-5.2x as fast)
+#: where the table measured both sides (:data:`SIDE_LAYERS`; :func:`nearest_choice`): on an
+#: AMD Zen3, a table whose nearest layers to small problems were large ones chose polyphase
+#: and MatMul lowerings that ran up to 270x the library op's time on them
+#: (benchmarks/NOTES.md), and small layers added to it moved large problems' choices (bf16
+#: ones of held-out random layers 0.25-5.2x as fast)
 SMALL_CALL_FLOPS = 20_000_000
 #: measured layers of a problem's op, dtype and data format that each side of
 #: SMALL_CALL_FLOPS must hold for the split to apply: a table that measured small calls
