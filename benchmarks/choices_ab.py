@@ -2,10 +2,12 @@
 table, which ``table_ab.py`` compares in one process) run old against new.
 
 ``dump`` writes each configuration's rules' choice under the package it imports (its code
-and its shipped table: an old checkout's with ``PYTHONPATH``, its compiled ``_core`` beside it); ``time`` makes, for every configuration the two dumps run differently,
-an op object forced to each dump's choice (the top-level lowering: a polyphase lowering's
-phases are chosen by the running checkout's rules, as they are for both dumps where the change
-left the phases' choices alone) and calls the two alternated (old, new, new, old, ...), each
+and its shipped table: an old checkout's with ``PYTHONPATH``, its compiled ``_core``
+beside it); ``time`` makes, for every configuration the two dumps run differently, an op
+object forced to each dump's choice (``verbose_kernels.force_lowerings``; the top-level
+lowering: a polyphase lowering's phases are chosen by the running checkout's rules, as
+they are for both dumps where the change left the phases' choices alone) and calls the
+two alternated (old, new, new, old, ...), each
 sample as many calls as fill about 10 ms, 11 rounds (5 where a call takes over 50 ms, 3 over
 300 ms); it prints each one's median time (ms), old over new and the geometric mean (above 1,
 the new choices are faster)::
@@ -32,22 +34,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from table_ab import describe, problem, summary
+from table_ab import describe, named_configs, problem, summary
+from verbose_kernels import force_lowerings
 
-from onednn_convt import lowering, tune
+from onednn_convt import lowering
 from onednn_convt.bench import suites
 
 #: the least time one timed sample takes, in seconds (repeating the call)
 SAMPLE_SECONDS = 0.01
-
-
-def configs(args: argparse.Namespace) -> list[suites.Config]:
-    """The configurations the arguments name."""
-    wanted = (args.ops.split(","), args.dtypes.split(","), args.formats.split(","))
-    out = [c for s in filter(None, args.suites.split(",")) for c in suites.configs(s, *wanted)]
-    for path in args.layers_json:
-        out += suites.configs(suites.CUSTOM, *wanted, custom=tune.layers_from_json(path, "choices_ab"))
-    return out
 
 
 def dump(cfgs: Sequence[suites.Config]) -> dict[str, dict[str, str]]:
@@ -58,20 +52,6 @@ def dump(cfgs: Sequence[suites.Config]) -> dict[str, dict[str, str]]:
         name = lowering.rule(p)
         out[cfg.key] = {"name": name, "described": describe(lowering.build(p, name))}
     return out
-
-
-def forcing() -> dict[str, str | None]:
-    """Make :func:`onednn_convt.lowering.rule` answer the returned dict's ``"name"`` (where
-    set) for every problem but a polyphase phase, from now on."""
-    forced: dict[str, str | None] = {"name": None}
-    rules_choice = lowering.rule
-
-    def rule(p: Any, *, native: bool = False, phase: bool = False) -> str:
-        name = forced["name"]
-        return name if name and not phase else rules_choice(p, native=native, phase=phase)
-
-    lowering.rule = rule  # type: ignore[assignment]
-    return forced
 
 
 def time_pair(cfg: suites.Config, old: str, new: str, forced: dict[str, str | None],
@@ -116,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="time the configurations whose key starts so")
     parser.add_argument("--json", type=Path, help="time: write the timings here")
     args = parser.parse_args(argv)
-    cfgs = configs(args)
+    cfgs = named_configs(args)
     if not cfgs:
         parser.error("give --suites or --layers-json")
     if args.command == "dump":
@@ -131,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     differ = [c for c in cfgs if c.key.startswith(args.only) and c.key in old and c.key in new
               and old[c.key]["described"] != new[c.key]["described"]]
     print(f"{len(differ)} of {len(cfgs)} configurations run differently")
-    forced = forcing()
+    forced = force_lowerings()
     out: dict[str, Any] = {}
     for cfg in differ:
         a, b = old[cfg.key], new[cfg.key]

@@ -119,6 +119,16 @@ def time_pair(cfg: suites.Config, old: rules_table.Table, new: rules_table.Table
             "new_ms": round(statistics.median(times["new"]) * 1e3, 4)}
 
 
+def named_configs(args: argparse.Namespace) -> list[suites.Config]:
+    """The configurations of ``--suites`` and ``--layers-json`` files, of ``--ops``,
+    ``--dtypes`` and ``--formats``."""
+    wanted = (args.ops.split(","), args.dtypes.split(","), args.formats.split(","))
+    out = [c for s in filter(None, args.suites.split(",")) for c in suites.configs(s, *wanted)]
+    for path in args.layers_json:
+        out += suites.configs(suites.CUSTOM, *wanted, custom=tune.layers_from_json(path, "table_ab"))
+    return out
+
+
 def summary(ratios: Sequence[float], new: str) -> str:
     """The line that sums up old-over-new time ratios: their geometric mean, how many moved
     by more than 10% either way (``new`` names the new side), the extremes."""
@@ -132,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("old", type=Path, help="a rules table (JSON)")
     parser.add_argument("new", type=Path, help="another")
     parser.add_argument("--suites", default="", help="comma-separated suites to compare on")
-    parser.add_argument("--layers-json", type=Path, help="a layers file (tune --layers-json) to compare on")
+    parser.add_argument("--layers-json", type=Path, action="append", default=[],
+                        help="a layers file (tune --layers-json) to compare on (repeatable)")
     parser.add_argument("--ops", default=",".join(suites.OPS))
     parser.add_argument("--dtypes", default=",".join(suites.DTYPES))
     parser.add_argument("--formats", default=",".join(suites.FORMATS))
@@ -140,11 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the comparison here")
     args = parser.parse_args(argv)
     old, new = rules_table.read(args.old), rules_table.read(args.new)
-    wanted = (args.ops.split(","), args.dtypes.split(","), args.formats.split(","))
-    configs = [c for s in filter(None, args.suites.split(",")) for c in suites.configs(s, *wanted)]
-    if args.layers_json is not None:
-        configs += suites.configs(suites.CUSTOM, *wanted, custom=tune.layers_from_json(args.layers_json,
-                                                                                      "table_ab"))
+    configs = named_configs(args)
     if not configs:
         print("table_ab: give --suites or --layers-json", file=sys.stderr)
         return 2

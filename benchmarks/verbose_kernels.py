@@ -59,14 +59,15 @@ def _captured(fn: Callable[[], Any]) -> str:
         return tmp.read().decode(errors="replace")
 
 
-#: the candidate every op object made after :func:`_force_lowerings` runs where it can
+#: the candidate every op object made after :func:`force_lowerings` runs where it can
 _forced: dict[str, Optional[str]] = {"name": None}
 
 
-def _force_lowerings() -> None:
-    """Make :func:`onednn_convt.lowering.rule` answer ``_forced["name"]`` where that
-    candidate can run the problem; the parts of a plan (the stride-1 phases of a polyphase
-    one) keep the rules' choice."""
+def force_lowerings() -> dict[str, Optional[str]]:
+    """Make :func:`onednn_convt.lowering.rule` answer the returned dict's ``"name"`` (where
+    set) where that candidate can run the problem, from now on; the parts of a plan (the
+    stride-1 phases of a polyphase one) keep the rules' choice. ``benchmarks/choices_ab.py``
+    forces so too."""
     from onednn_convt import lowering
 
     rules_choice = lowering.rule
@@ -78,6 +79,7 @@ def _force_lowerings() -> None:
         return rules_choice(problem, native=native, phase=phase)
 
     lowering.rule = rule  # type: ignore[assignment]  # every op object made below asks it
+    return _forced
 
 
 @dataclass
@@ -209,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers-json", default=None,
                    help="the layers of keys custom/LAYER/...: a file of onednn-convt tune --layers-json")
     args = p.parse_args(argv)
-    _force_lowerings()
+    force_lowerings()
 
     def config(key: str) -> Any:
         suite, layer, op, dt, fmt = key.split("/")

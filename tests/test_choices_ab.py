@@ -66,8 +66,8 @@ def test_a_forced_pair_runs_each_choice_and_alternates_them(tmp_path, layers, mo
     ab = _script()
     cfg = _config(tmp_path, "custom/up/fwd/f32/NCX")
     a, b = lowering.candidates(ab.problem(cfg))[:2]
-    monkeypatch.setattr(lowering, "rule", lowering.rule)  # forcing() wraps it: put back after the test
-    forced = ab.forcing()
+    monkeypatch.setattr(lowering, "rule", lowering.rule)  # force_lowerings() wraps it: put back after
+    forced = ab.force_lowerings()
     made = []
     real_build = suites.Config.build
 
@@ -88,6 +88,7 @@ def test_a_forced_pair_runs_each_choice_and_alternates_them(tmp_path, layers, mo
 
 def _script():
     benchmark_script("table_ab")  # imported by choices_ab, from its folder
+    benchmark_script("verbose_kernels")
     return benchmark_script("choices_ab")
 
 
