@@ -53,6 +53,7 @@ def test_only_the_differing_configurations_are_timed_each_as_its_sides_choice(tm
         return 0.002, 0.001
 
     monkeypatch.setattr(ab, "time_pair", fake_pair)
+    monkeypatch.setattr(lowering, "rule", lowering.rule)  # the time command wraps it: put back after
     out = tmp_path / "ab.json"
     assert ab.main(["time", str(now), str(tmp_path / "new.json"), "--layers-json", layers, *ARGS,
                     "--json", str(out)]) == 0
