@@ -94,7 +94,7 @@ def draw_layer(rng: np.random.Generator, seed: int, index: int, small: bool = Fa
     if small:
         n = min(n, SMALL_BATCH)
         while max(ic, oc) > SMALL_CHANNELS:  # halve both: the kind (its groups) stays
-            ic, oc, groups = max(1, ic // 2), max(1, oc // 2), max(1, groups // 2) if groups > 1 else 1
+            ic, oc, groups = max(1, ic // 2), max(1, oc // 2), max(1, groups // 2)
     lo, hi = MACS[small]
     macs = math.exp(rng.uniform(math.log(lo), math.log(hi)))
     per_position = n * ic * (oc // groups) * k**rank
