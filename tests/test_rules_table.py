@@ -133,7 +133,7 @@ def test_tables_are_chosen_by_cpu_and_isa(monkeypatch):
     chosen, why = rules_table.select("unknown", isa)
     assert chosen is rules_table.default() and "no table for unknown" in why and "conservative default" in why
     report = rules.report()
-    assert set(report) == {"cpu", "table", "table_sha256", "why", "fallback_measured_on"}
+    assert set(report) == {"cpu", "table", "table_sha256", "why", "small_calls", "fallback_measured_on"}
     assert report["cpu"] == cpu.detect().name
 
 
@@ -308,6 +308,28 @@ def test_small_calls_choose_from_small_layers_and_larger_calls_from_larger_ones(
     assert table.choose(small, ["A", "B"]) == "A" and mixed.choose(big, ["A", "B"]) == "B"
     more = rules_table.Table("t", "t", "t", {}, layers=(*big_layers, tiny_layer, dataclasses.replace(tiny_layer, n=2)))
     assert more.choose(small, ["A", "B"]) == "B"  # two on each side: split
+
+
+def test_info_says_whether_small_calls_choose_among_small_layers(monkeypatch):
+    """``small_calls()`` (``info()["rules"]["small_calls"]``) tells a table that chooses a
+    small call's lowering among its small layers (SIDE_LAYERS on each side of an op, dtype and
+    data format) from one whose small calls may take a large layer's choice."""
+    monkeypatch.setattr(rules_table, "SIDE_LAYERS", 2)
+    small = [_measured(f"s{i}", {"A": 1.0}, n=1 + i, ic=8, oc=8, src=(4, 4)) for i in range(2)]
+    large = [_measured(f"l{i}", {"A": 1.0}, n=16 + i) for i in range(2)]
+    assert all(m.small_call for m in small) and not any(m.small_call for m in large)
+    split = rules_table.Table("t", "t", "t", {}, layers=(*small, *large)).small_calls()
+    assert "among its measured calls of at most 20 MFLOP (2-2 layers) for 1 of its 1 " in split
+    assert "the others" not in split
+    other = _measured("bwd", {"A": 1.0}, op=BACKWARD_DATA)  # a configuration with no small layer
+    partly = rules_table.Table("t", "t", "t", {}, layers=(*small, *large, other)).small_calls()
+    assert "for 1 of its 2 " in partly and "among all its layers for the others" in partly
+    few = rules_table.Table("t", "t", "t", {}, layers=(small[0], *large)).small_calls()
+    assert few.startswith("among all its layers: it measured at most 1 calls") and "fewer than the 2" in few
+    assert "shape class" in rules_table.Table("t", rules_table.DEFAULT_NAME, "t", {}).small_calls()
+    report = rules.report()
+    chosen, _ = rules.table()
+    assert report["small_calls"] == (None if chosen is None else chosen.small_calls())
 
 
 def test_a_layer_of_the_problems_shape_decides_alone():

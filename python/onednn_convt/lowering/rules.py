@@ -76,12 +76,15 @@ def report() -> dict[str, str | None]:
     tables key it (:mod:`onednn_convt.cpu`; ``ONEDNN_CONVT_CPU`` overrides it); ``table``, the
     measured table in use (None: the hand-written rules decide everything); ``table_sha256``,
     the SHA-256 of its file (None where it was made in memory, by a test); ``why``;
+    ``small_calls``, how the table chooses for calls of at most
+    :data:`~onednn_convt.lowering.rules_table.SMALL_CALL_FLOPS` (None without a table);
     ``fallback_measured_on``, :data:`RULES_MEASURED_ON`."""
     chosen, why = table()
     me = cpu.detect()
     return {"cpu": me.name + (" (ONEDNN_CONVT_CPU)" if me.overridden else ""),
             "table": None if chosen is None else chosen.name,
             "table_sha256": None if chosen is None else chosen.digest or None, "why": why,
+            "small_calls": None if chosen is None else chosen.small_calls(),
             "fallback_measured_on": RULES_MEASURED_ON}
 
 

@@ -159,6 +159,27 @@ class Table:
         return (f"measured on {p.get('cpu_name', self.cpu)} at {self.isa}, oneDNN {p.get('onednn', '?')}, "
                 f"{p.get('threads', '?')} threads, {p.get('date', '?')}, suites {', '.join(p.get('suites', []))}")
 
+    def small_calls(self) -> str:
+        """How the table chooses for a small call (:data:`SMALL_CALL_FLOPS`), for
+        ``info()["rules"]``: among its measured small calls where it holds
+        :data:`SIDE_LAYERS` of them and of larger ones for an op, dtype and data format
+        (:func:`nearest_choice`), else among all its layers, whose nearest to a small call
+        may be large ones."""
+        if not self.layers:
+            return "by shape class, as every call (the default table)"
+        counts = [(sum(m.small_call for m in layers), len(layers))
+                  for (_, _, _, phase), layers in self._by_config.items() if not phase]
+        split = [small for small, total in counts if min(small, total - small) >= SIDE_LAYERS]
+        flops = f"calls of at most {SMALL_CALL_FLOPS / 1e6:g} MFLOP"
+        if split:
+            rest = "" if len(split) == len(counts) else "; among all its layers for the others"
+            return (f"among its measured {flops} ({min(split)}-{max(split)} layers) for {len(split)} of its "
+                    f"{len(counts)} op, dtype and data format configurations{rest}")
+        most = max((small for small, _ in counts), default=0)
+        return (f"among all its layers: it measured at most {most} {flops} per op, dtype and data format, "
+                f"fewer than the {SIDE_LAYERS} that would choose for them alone, so a small call may take a "
+                f"large layer's choice (docs/performance.md says how to tune small layers into a table)")
+
     def choose(self, p: problem.Problem, names: Sequence[str], *, phase: bool = False) -> Optional[str]:
         """The lowering of ``names`` (those that can run ``p``) that ran fastest on the
         measured layers nearest to ``p``, or None where the table cannot say.
