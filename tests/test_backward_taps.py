@@ -18,7 +18,7 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import CASE_IDS, CASES, DTYPES, OPS, Config, assert_close
+from helpers import CASE_IDS, CASES, OPS, Config, assert_close
 from test_numerics import call, classes, inputs_of, reference, with_non_finite
 
 FWD, BWD_D, BWD_W = OPS

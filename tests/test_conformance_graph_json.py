@@ -13,7 +13,7 @@ import numpy as np
 import onednn_convt as oc
 import pytest
 from onednn_convt.cli import main
-from onednn_convt.conformance import bundled, graph, graph_json, to_graph_json
+from onednn_convt.conformance import bundled, graph, to_graph_json
 from onednn_convt.conformance.collect import bundled_suite, collect
 from onednn_convt.conformance.judge import PASSED
 from onednn_convt.conformance.runner import run_case

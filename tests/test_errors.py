@@ -280,7 +280,7 @@ def test_a_python_list_is_called_a_list(container):
     with pytest.raises(TypeError) as info:
         oc.ConvTranspose(data_format="NCX", weights_format="IOX")(src, np.zeros((2, 2, 3, 3), np.float32))
     msg = str(info.value)
-    assert f"argument 'src' expected a NumPy array of numpy.float32" in msg
+    assert "argument 'src' expected a NumPy array of numpy.float32" in msg
     assert f"got a {container.__name__} (NumPy reads it as float64; pass numpy.asarray(..., numpy.float32))" in msg
 
 

@@ -23,7 +23,6 @@ import onednn_convt as oc
 import pytest
 from helpers import Config, assert_close, lowering_here, require_native
 from onednn_convt import guards, reference
-from onednn_convt.lowering import rules
 
 #: these tests check the hand-written rules' routes by name (conftest.hand_rules)
 pytestmark = pytest.mark.usefixtures("hand_rules")
