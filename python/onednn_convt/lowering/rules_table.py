@@ -169,7 +169,7 @@ class Table:
             return "by shape class, as every call (the default table)"
         counts = [(sum(m.small_call for m in layers), len(layers))
                   for (_, _, _, phase), layers in self._by_config.items() if not phase]
-        split = [small for small, total in counts if min(small, total - small) >= SIDE_LAYERS]
+        split = [small for small, total in counts if _split_by_size(small, total)]
         flops = f"calls of at most {SMALL_CALL_FLOPS / 1e6:g} MFLOP"
         if split:
             rest = "" if len(split) == len(counts) else "; among all its layers for the others"
@@ -232,7 +232,7 @@ def nearest_choice(layers: Sequence[Measured], config: tuple[str, str, str],
     if by_size:
         small = problem.flops(n, ic, oc, groups, kernel, src) <= SMALL_CALL_FLOPS
         side = [m for m in mine if m.small_call == small]
-        if min(len(side), len(mine) - len(side)) >= SIDE_LAYERS:
+        if _split_by_size(len(side), len(mine)):
             mine = side
     near = [m for m in mine if m.shape == shape]  # this very layer: its own times, weighted alike
     weights = [1.0] * len(near)
@@ -246,6 +246,13 @@ def nearest_choice(layers: Sequence[Measured], config: tuple[str, str, str],
 
     measured = [n for n in names if any(n in m.ratios for m in near)]
     return min(measured, key=score) if measured else None
+
+
+def _split_by_size(one_side: int, layers: int) -> bool:
+    """Whether ``layers`` measured layers of a configuration, ``one_side`` of them on one side
+    of :data:`SMALL_CALL_FLOPS`, hold :data:`SIDE_LAYERS` on each side: a problem then
+    chooses among those on its own side alone."""
+    return min(one_side, layers - one_side) >= SIDE_LAYERS
 
 
 def _ints(value: Any) -> tuple[int, ...]:
