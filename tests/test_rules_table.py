@@ -162,6 +162,25 @@ def test_a_cpu_without_a_table_gets_the_default_and_says_so():
     assert table == "default" and "no table for martian" in why and name.endswith("(ONEDNN_CONVT_CPU)")
 
 
+@pytest.mark.parametrize("name", ["9" * 400, "../tables/zen3", "/etc/passwd", "zen3-avx2", "a b\tc"])
+def test_any_text_in_onednn_convt_cpu_is_a_cpu_without_a_table(name):
+    """ONEDNN_CONVT_CPU names a table's file only where it is one's name: a name too long
+    for a path (the cli fuzzer's 400 digits raised OSError from info and from every op's
+    first call), a path, or a file's whole stem get the default, and ops still run."""
+    code = ("import json, numpy as np, onednn_convt as oc; r = oc.info()['rules']; "
+            "rng = np.random.default_rng(0); x = rng.random((1, 2, 3, 3), np.float32); "
+            "w = rng.random((2, 2, 3, 3), np.float32); "
+            "y = oc.ConvTranspose(data_format='NCX', weights_format='IOX')(x, w); "
+            "want = oc.reference.conv_transpose(x, w, data_format='NCX', weights_format='IOX'); "
+            "print(json.dumps([r['table'], r['why'], float(np.abs(y - want).max() / np.abs(want).max())]))")
+    env = dict(os.environ, ONEDNN_CONVT_CPU=name)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    table, why, error = json.loads(out.stdout)
+    assert table == "default" and f"no table for {name.strip().lower()} at " in why
+    assert error < 1e-6  # against the float64 reference
+
+
 def test_cpu_names_follow_vendor_family_and_model():
     from onednn_convt import cpu
 

@@ -306,11 +306,17 @@ def read(path: Path) -> Table:
 
 
 @functools.lru_cache(maxsize=None)
+def _shipped_stems() -> frozenset[str]:
+    """The names of the shipped tables' files: ``<cpu>-<isa class>`` and ``default``."""
+    return frozenset(p.stem for p in DIRECTORY.glob("*.json"))
+
+
+@functools.lru_cache(maxsize=None)
 def _shipped() -> tuple[dict[tuple[str, str], Table], Optional[Table]]:
     tables: dict[tuple[str, str], Table] = {}
     default = None
-    for path in sorted(DIRECTORY.glob("*.json")):
-        table = _shipped_file(path.stem)
+    for stem in sorted(_shipped_stems()):
+        table = _shipped_file(stem)
         assert table is not None
         if table.cpu == DEFAULT_NAME:
             default = table
@@ -340,9 +346,11 @@ def default() -> Optional[Table]:
 @functools.lru_cache(maxsize=None)
 def _shipped_file(stem: str) -> Optional[Table]:
     """The shipped table in ``tables/<stem>.json``, read alone (a process reads the one
-    table that applies to it, not all: they came to 1.5 MB, 110 ms a process), or None."""
-    path = DIRECTORY / f"{stem}.json"
-    return read(path) if path.is_file() else None
+    table that applies to it, not all: they came to 1.5 MB, 110 ms a process), or None.
+    ``stem`` is looked up among the files' names, not made into a path: it holds the
+    user's ``ONEDNN_CONVT_CPU``, which may be any text (a path, or a name too long for
+    one, raised OSError from every op's first call)."""
+    return read(DIRECTORY / f"{stem}.json") if stem in _shipped_stems() else None
 
 
 def _own(cpu: str, isa_class: str) -> Optional[Table]:
@@ -375,7 +383,7 @@ def select(cpu: str, isa_class: Optional[str]) -> tuple[Optional[Table], str]:
             return own, f"this CPU's own table: {own.describe()}"
     fallback = default()
     if TABLES is None:  # the files' names, not their tables (read alone, as they apply)
-        keys = [tuple(p.stem.split("-", 1)) for p in DIRECTORY.glob("*.json") if p.stem != DEFAULT_NAME]
+        keys = [tuple(stem.split("-", 1)) for stem in _shipped_stems() if stem != DEFAULT_NAME]
     else:
         keys = list(TABLES)
     mine = ", ".join(f"{c}/{i}" for c, i in sorted(keys))
