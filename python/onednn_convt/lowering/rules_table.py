@@ -163,18 +163,21 @@ class Table:
         """How the table chooses for a small call (:data:`SMALL_CALL_FLOPS`), for
         ``info()["rules"]``: among its measured small calls where it holds
         :data:`SIDE_LAYERS` of them and of larger ones for an op, dtype and data format
-        (:func:`nearest_choice`), else among all its layers, whose nearest to a small call
-        may be large ones."""
+        (grouped 3-D layers that oneDNN 3.2 runs on its gemm convolution counted apart, as
+        :func:`nearest_choice` chooses for them apart), else among all its layers, whose
+        nearest to a small call may be large ones."""
         if not self.layers:
             return "by shape class, as every call (the default table)"
-        counts = [(sum(m.small_call for m in layers), len(layers))
-                  for (_, _, _, phase), layers in self._by_config.items() if not phase]
+        kinds = [[m for m in layers if m.gemm_grouped == gemm]  # chosen among apart (nearest_choice)
+                 for (_, _, _, phase), layers in self._by_config.items() if not phase for gemm in (False, True)]
+        counts = [(sum(m.small_call for m in kind), len(kind)) for kind in kinds if kind]
         split = [small for small, total in counts if _split_by_size(small, total)]
         flops = f"calls of at most {SMALL_CALL_FLOPS / 1e6:g} MFLOP"
         if split:
             rest = "" if len(split) == len(counts) else "; among all its layers for the others"
             return (f"among its measured {flops} ({min(split)}-{max(split)} layers) for {len(split)} of its "
-                    f"{len(counts)} op, dtype and data format configurations{rest}")
+                    f"{len(counts)} op, dtype and data format configurations (grouped 3-D layers on oneDNN's "
+                    f"gemm convolution apart){rest}")
         most = max((small for small, _ in counts), default=0)
         return (f"among all its layers: it measured at most {most} {flops} per op, dtype and data format, "
                 f"fewer than the {SIDE_LAYERS} that would choose for them alone, so a small call may take a "
