@@ -343,6 +343,13 @@ def test_info_says_whether_small_calls_choose_among_small_layers(monkeypatch):
     other = _measured("bwd", {"A": 1.0}, op=BACKWARD_DATA)  # a configuration with no small layer
     partly = rules_table.Table("t", "t", "t", {}, layers=(*small, *large, other)).small_calls()
     assert "for 1 of its 2 " in partly and "among all its layers for the others" in partly
+    # grouped 3-D layers on oneDNN's gemm convolution choose among their own kind (nearest_choice),
+    # counted apart: one small of them does not make their small calls choose among small layers
+    gemm = _measured("g3d", {"A": 1.0}, n=1, ic=8, oc=8, groups=8, src=(2, 2, 2), kernel=(2, 2, 2),
+                     strides=(2, 2, 2))
+    assert gemm.gemm_grouped and gemm.small_call
+    apart = rules_table.Table("t", "t", "t", {}, layers=(*small, *large, gemm)).small_calls()
+    assert "(2-2 layers) for 1 of its 2 " in apart and "among all its layers for the others" in apart
     few = rules_table.Table("t", "t", "t", {}, layers=(small[0], *large)).small_calls()
     assert few.startswith("among all its layers: it measured at most 1 calls") and "fewer than the 2" in few
     assert "shape class" in rules_table.Table("t", rules_table.DEFAULT_NAME, "t", {}).small_calls()
