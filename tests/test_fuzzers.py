@@ -19,9 +19,9 @@ from isa_scan import ISA_LEVELS  # noqa: E402
 from test_isa_matrix import require  # noqa: E402
 
 #: trials per fuzzer in the default run (the slow run: SLOW_TRIALS). The fuzzers whose trials
-#: are processes or thread storms of their own (cli, threads, fork: 3-4 s a trial on an AMD
-#: Zen3) and the torch ones keep a few, so that the default suite stays under ten minutes
-CI_TRIALS = {"conformance": 60, "api": 40, "fused": 40, "plain": 60, "reuse": 40, "threads": 3, "fork": 3, "torch": 20,
+#: are processes or thread storms of their own (cli: 1 s a trial on an AMD Zen3; threads, fork:
+#: 5-6 s) and the torch ones keep a few, so that the default suite stays under ten minutes
+CI_TRIALS = {"conformance": 60, "api": 40, "fused": 40, "plain": 60, "reuse": 40, "threads": 2, "fork": 2, "torch": 20,
              "torch_reuse": 20, "cli": 4}
 #: trials per fuzzer in the slow run: 600 of the in-process fuzzers, 400 of the torch ones,
 #: 80 of threads and fork, 240 of cli (each a process, 2-3 s)
