@@ -7,6 +7,7 @@ it, arrays still held survive that, and a forked child can use the memory it inh
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -135,3 +136,97 @@ def test_a_forked_child_uses_the_kept_blocks():
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
     assert done.returncode == 0, done.stderr
+
+
+# A child under a real address-space limit (RLIMIT_AS): a 16x64x64x64 f32 NCX k4 s2 forward,
+# whose partitions take tens of MiB of the library's temporary memory, then a larger call.
+_ULIMIT_SCRIPT = textwrap.dedent("""
+    import json, resource
+    import numpy as np
+    import onednn_convt as oc
+    from onednn_convt import native
+
+    def vm_size():
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+
+    A = dict(strides=[2, 2], pads_begin=[1, 1], pads_end=[1, 1], data_format="NCX", weights_format="IOX")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 64, 64, 64), np.float32)
+    w = rng.standard_normal((64, 32, 4, 4), np.float32)
+    op = oc.ConvTranspose(**A)
+    first = op(x, w)  # compiled and run with no limit
+    out = np.full_like(first, np.nan)
+    temporary = oc.host_memory_info()["kept_bytes"]  # the library's temporaries, freed and kept
+    native.release_host_memory()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    errors = []
+    # 1. the compiled call, its temporary memory past the limit: the allocator's failure
+    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + temporary // 2, hard))
+    try:
+        op(x, w, out=out)
+        errors.append(None)
+    except MemoryError as e:
+        errors.append(str(e))
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    again = op(x, w, out=out)
+    # 2. a new call past what the limit leaves: refused before the library sees it
+    big = rng.standard_normal((16, 64, 96, 96), np.float32)
+    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + 300 * 2**20, hard))
+    try:
+        op(big, w)
+        errors.append(None)
+    except MemoryError as e:
+        errors.append(str(e))
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    np.save("first.npy", first); np.save("again.npy", again); np.save("big.npy", op(big, w))
+    np.save("x.npy", x); np.save("w.npy", w); np.save("bigx.npy", big)
+    print(json.dumps([temporary, errors]))
+""")
+
+
+def test_running_out_of_address_space_is_a_memory_error_and_the_package_recovers(tmp_path):
+    """Under ``ulimit -v`` oneDNN 3.2's graph executor wrote its temporary buffers through
+    the null pointer an allocator returns (SIGSEGV, found with a polyphase forward); the
+    allocator raises instead, so the call raises MemoryError. A new call that would pass
+    what the limit leaves (less the reserve the library's compile needs) is refused before
+    the library. With the limit lifted, both ops give the reference's results."""
+    done = subprocess.run([sys.executable, "-c", _ULIMIT_SCRIPT], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    temporary, (at_run, at_plan) = json.loads(done.stdout)
+    if temporary < 8 * MB:
+        pytest.skip(f"the library took {temporary} bytes of temporary memory here: nothing to deny it")
+    assert at_run is not None and "ConvTranspose: oneDNN could not allocate" in at_run and "ulimit -v" in at_run
+    assert at_plan is not None and "ulimit" in at_plan and "kept for the library" in at_plan
+    load = {name: np.load(tmp_path / f"{name}.npy") for name in ("first", "again", "big", "x", "w", "bigx")}
+    attrs = dict(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
+    np.testing.assert_array_equal(load["again"], load["first"])
+    assert_close(load["first"], reference.conv_transpose(load["x"], load["w"], **attrs), "f32", 64 * 16)
+    assert_close(load["big"], reference.conv_transpose(load["bigx"], load["w"], **attrs), "f32", 64 * 16)
+
+
+def test_an_address_space_limit_lowers_every_limit(monkeypatch, tmp_path):
+    """Under ``ulimit -v`` (RLIMIT_AS, against VmSize) or ``ulimit -d`` (RLIMIT_DATA, against
+    VmData) a call may take what is left less ADDRESS_SPACE_RESERVE, below the memory
+    available and below a limit the user set; without either, neither is read."""
+    import resource
+
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmSize:\t 2000000 kB\nVmData:\t 1000000 kB\n")
+    monkeypatch.setattr(limits, "STATUS", str(status))
+    monkeypatch.setattr(limits, "MEMINFO", str(tmp_path / "missing"))
+    monkeypatch.setattr(limits, "CGROUP_V1", (str(tmp_path / "a"), str(tmp_path / "b")))
+    monkeypatch.setattr(limits, "CGROUP_V2", (str(tmp_path / "a"), str(tmp_path / "b")))
+    caps = {resource.RLIMIT_AS: resource.RLIM_INFINITY, resource.RLIMIT_DATA: resource.RLIM_INFINITY}
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (caps.get(which, resource.RLIM_INFINITY), -1))
+    assert limits.address_space_left() is None and limits.available_memory() is None
+    caps[resource.RLIMIT_AS] = 2_000_000 * 1024 + 1000 * MB
+    assert limits.address_space_left() == 1000 * MB
+    assert limits.available_memory() == 1000 * MB - limits.ADDRESS_SPACE_RESERVE
+    caps[resource.RLIMIT_DATA] = 1_000_000 * 1024 + 500 * MB  # the data limit leaves less
+    assert limits.address_space_left() == 500 * MB
+    monkeypatch.setattr(limits, "_limit", 8 * 2**30)  # a user's limit above what is left
+    assert limits.memory_limit() == 500 * MB - limits.ADDRESS_SPACE_RESERVE
+    monkeypatch.setattr(limits, "_limit", 100 * MB)  # and below it
+    assert limits.memory_limit() == 100 * MB

@@ -8,8 +8,10 @@ instead of the process being killed by the OS halfway through. The limit is
 :func:`set_memory_limit`, else the environment variable ``ONEDNN_CONVT_MEMORY_LIMIT`` (bytes,
 or with a ``K``/``M``/``G``/``T`` suffix, powers of 1024), else the memory available now
 (``MemAvailable`` in ``/proc/meminfo``, lowered by a cgroup limit if there is one; read
-only for calls estimated at 1 MiB or more). The estimate follows oneDNN 3.2 as measured on
-this package's ops; it is a guard against the impossible, not an exact budget.
+only for calls estimated at 1 MiB or more), and lowered again under an address-space or
+data limit (``ulimit -v``, ``ulimit -d``) to what is left of it less
+:data:`ADDRESS_SPACE_RESERVE`. The estimate follows oneDNN 3.2 as measured on this
+package's ops; it is a guard against the impossible, not an exact budget.
 
 Library range: oneDNN 3.2 computes the shape consistency of a (de)convolution in 32-bit
 ``int`` (``src/common/deconvolution.cpp``, ``convolution.cpp``): sizes, strides, dilated
@@ -47,6 +49,13 @@ _ENV_FILL = "ONEDNN_CONVT_DEBUG_FILL"
 _SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 #: Files read for the default limit (tests point them elsewhere).
 MEMINFO = "/proc/meminfo"
+STATUS = "/proc/self/status"
+#: Bytes of an address-space or data limit kept out of a call's reach. oneDNN 3.2 does not
+#: survive running out of address space while it compiles: measured on an AMD Zen3 under
+#: ``ulimit -v``, a reorder primitive whose creation failed (out_of_memory) failed again
+#: on every later call after the limit was lifted, and clearing the library's caches then
+#: crashed the process (SIGSEGV). Its compiles take a few MiB; this leaves it room.
+ADDRESS_SPACE_RESERVE = 256 * 2**20
 CGROUP_V2 = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current")
 CGROUP_V1 = (
     "/sys/fs/cgroup/memory/memory.limit_in_bytes",
@@ -135,7 +144,8 @@ def available_memory() -> int | None:
     """Bytes available to this process now, or None if the system does not say.
 
     ``MemAvailable`` from ``/proc/meminfo``, lowered to what is left under the cgroup's
-    memory limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when there is one.
+    memory limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when there is one, and
+    to :func:`address_space_left` less :data:`ADDRESS_SPACE_RESERVE` under a ``ulimit``.
     """
     avail = None
     try:
@@ -152,12 +162,58 @@ def available_memory() -> int | None:
             left = max(0, cap - used)
             avail = left if avail is None else min(avail, left)
             break
+    room = address_space_left()
+    if room is not None:
+        room = max(0, room - ADDRESS_SPACE_RESERVE)
+        avail = room if avail is None else min(avail, room)
     return avail
 
 
+def address_space_left() -> int | None:
+    """Bytes this process may still map under its address-space limit (``ulimit -v``,
+    RLIMIT_AS, against ``VmSize``) and its data limit (``ulimit -d``, RLIMIT_DATA, against
+    ``VmData``), the smaller; None where neither is set or the system does not say."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not a POSIX system
+        return None
+    left = None
+    for which, field in ((resource.RLIMIT_AS, b"VmSize:"), (resource.RLIMIT_DATA, b"VmData:")):
+        soft = resource.getrlimit(which)[0]
+        if soft == resource.RLIM_INFINITY:
+            continue
+        used = _status_bytes(field)
+        if used is not None:
+            left = max(0, soft - used) if left is None else min(left, max(0, soft - used))
+    return left
+
+
+def _address_space_limited() -> bool:
+    """Whether ``ulimit -v`` or ``ulimit -d`` bounds this process."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not a POSIX system
+        return False
+    return any(resource.getrlimit(r)[0] != resource.RLIM_INFINITY for r in (resource.RLIMIT_AS, resource.RLIMIT_DATA))
+
+
+def _status_bytes(field: bytes) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` in bytes, or None."""
+    try:
+        with open(STATUS, "rb") as fh:
+            for line in fh:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def memory_limit() -> int | None:
-    """The limit in force, in bytes: the one set, else :func:`available_memory` (may be None)."""
-    return _limit if _limit is not None else available_memory()
+    """The limit in force, in bytes: the one set, else :func:`available_memory` (may be
+    None); under ``ulimit -v``/``-d``, at most what that leaves less
+    :data:`ADDRESS_SPACE_RESERVE`."""
+    return limit_in_force()[0]
 
 
 def set_debug_fill(enabled: bool) -> None:
@@ -315,30 +371,50 @@ def check_memory(
     dtype: Any,
     emulated: bool,
 ) -> None:
-    """Raise MemoryError if the call's estimated allocation is over :func:`memory_limit`."""
+    """Raise MemoryError if the call's estimated allocation is over :func:`memory_limit`, or
+    over what ``ulimit -v``/``-d`` leaves less :data:`ADDRESS_SPACE_RESERVE` (a limit set
+    by the user included)."""
     parts = estimate(low, arrays, out, dtype, emulated)
     total = sum(parts.values())
-    if _limit is not None:
-        limit, source = _limit, "set by set_memory_limit() or ONEDNN_CONVT_MEMORY_LIMIT"
-    else:
-        if total < 2**20:  # a small call: skip reading /proc (a new plan per signature)
-            return
-        limit, source = available_memory(), "the memory available now"  # type: ignore[assignment]
-        if limit is None:
-            return
-    if total > limit and _limit is None and native.host_memory_info()["kept_bytes"]:
+    bounded = _address_space_limited()
+    if _limit is None and total < 2**20 and not bounded:  # a small call: skip reading /proc
+        return
+    limit, source = limit_in_force(bounded)
+    if limit is not None and total > limit and (_limit is None or bounded) and native.host_memory_info()["kept_bytes"]:
         # blocks kept for reuse (onednn_convt.host_memory_info) go back to the system first
         native.release_host_memory()
-        limit = available_memory() or limit
+        limit, source = limit_in_force(bounded)
+    if limit is None:
+        return
     if total > limit:
+        remedy = ("raise the process's ulimit" if source.startswith("what ulimit") else
+                  f"raise it with onednn_convt.set_memory_limit(bytes) or {_ENV_LIMIT}")
         detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
         msg = (
             f"{op}: this call would allocate about {format_bytes(total)} ({total} bytes: {detail}) "
             f"for an output of shape {tuple(low.out_shape)}, over the limit of {format_bytes(limit)} "
-            f"({source}); raise it with onednn_convt.set_memory_limit(bytes) or "
-            f"{_ENV_LIMIT}, or make the problem smaller"
+            f"({source}); {remedy}, or make the problem smaller"
         )
         raise MemoryError(msg)
+
+
+def limit_in_force(bounded: bool | None = None) -> tuple[int | None, str]:
+    """(the bytes a call may allocate, where that limit comes from): the limit set, else
+    :func:`available_memory`, and under ``ulimit -v``/``-d`` at most what that leaves less
+    :data:`ADDRESS_SPACE_RESERVE` (``bounded``: whether such a ulimit is set; None: look).
+    (None, ...) when nothing says."""
+    if bounded is None:
+        bounded = _address_space_limited()
+    room = None
+    if bounded:
+        left = address_space_left()
+        room = None if left is None else max(0, left - ADDRESS_SPACE_RESERVE)
+    ulimit = f"what ulimit -v/-d leaves, less {format_bytes(ADDRESS_SPACE_RESERVE)} kept for the library"
+    if _limit is not None:
+        if room is not None and room < _limit:
+            return room, ulimit
+        return _limit, "set by set_memory_limit() or ONEDNN_CONVT_MEMORY_LIMIT"
+    return available_memory(), f"the memory available now: MemAvailable, a cgroup's limit, or {ulimit}"
 
 
 def check_plan(

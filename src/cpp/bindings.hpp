@@ -31,7 +31,6 @@ inline py::array host_array(const py::dtype &dtype, const std::vector<py::ssize_
     for (py::ssize_t n : shape) bytes *= static_cast<size_t>(n);
     if (bytes < kKeptFrom) return py::array(dtype, shape);
     void *block = host_allocate(bytes, 64);
-    if (block == nullptr) throw std::bad_alloc();
     py::capsule owner(block, [](void *p) { host_deallocate(p); });
     return py::array(dtype, shape, block, owner);
 }

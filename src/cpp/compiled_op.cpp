@@ -964,6 +964,11 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
         for (auto &buffer : scratch) buffer.release_if_above(kKeptScratch);
         if (spec_.bias_axis >= 0)
             add_bias(spec_.output, static_cast<float *>(output), bias, static_cast<size_t>(spec_.bias_axis));
+    } catch (const HostAllocationFailed &e) {
+        arm_teardown_lock();
+        throw ExecutionOutOfMemory(spec_.kind + ": oneDNN could not allocate the " + std::to_string(e.bytes) +
+                                   " bytes of working memory this call needs (out of memory, or at the process's " +
+                                   "address-space limit, ulimit -v); the output holds no result");
     } catch (...) {
         arm_teardown_lock();
         throw;

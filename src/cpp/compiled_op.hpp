@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <stdexcept>
 #include <unordered_map>
 #include <string>
 #include <variant>
@@ -25,6 +26,12 @@ using Dims = std::vector<int64_t>;
 using Floats = std::vector<double>;  // f32 attributes (alpha, scales, ...) as Python gives them
 using AttrValue = std::variant<int64_t, Dims, std::string, double, Floats>;
 using Attrs = std::map<std::string, AttrValue>;  // ordered: part of the cache key
+
+// An execution whose memory the host allocator could not give (HostAllocationFailed in
+// host_memory.hpp); the binding raises it as Python's MemoryError.
+struct ExecutionOutOfMemory : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
 
 // A strided tensor as the caller will pass it: shape and strides in elements.
 struct TensorDesc {

@@ -44,7 +44,10 @@ void *aligned_block(size_t alignment, size_t size) {
     return p;
 }
 
-void *host_allocate(size_t size, size_t alignment) {
+namespace {
+
+// host_allocate's block, or nullptr where the C library has none
+void *try_allocate(size_t size, size_t alignment) {
     alignment = std::max<size_t>(alignment, alignof(std::max_align_t));
     if (size < kKeptFrom) return std::aligned_alloc(alignment, round_up(std::max<size_t>(size, 1), alignment));
     const bool huge = size >= kHugePage;
@@ -69,10 +72,25 @@ void *host_allocate(size_t size, size_t alignment) {
     }
     const size_t align = std::max(alignment, huge ? kHugePage : size_t{4096});
     void *p = aligned_block(align, capacity);
-    if (p == nullptr) return nullptr;  // the library reports its out-of-memory status
+    if (p == nullptr) return nullptr;
     std::lock_guard<std::mutex> lock(m.mutex);
     m.lent.emplace(p, Block{p, capacity, align});
     ++m.allocated;
+    return p;
+}
+
+}  // namespace
+
+void *host_allocate(size_t size, size_t alignment) {
+    void *p = try_allocate(size, alignment);
+    if (p == nullptr) {  // the kept blocks go back to the system, and one more try
+        release_host_memory();
+        p = try_allocate(size, alignment);
+    }
+    // Never nullptr: oneDNN 3.2's graph executor writes its temporary buffers through the
+    // pointer unchecked (a SIGSEGV in a reorder under `ulimit -v`), so this fails as
+    // operator new does, through the library's C++ frames, to CompiledOp::execute.
+    if (p == nullptr) throw HostAllocationFailed(size);
     return p;
 }
 

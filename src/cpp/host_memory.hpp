@@ -11,14 +11,24 @@
 #pragma once
 
 #include <cstddef>
+#include <new>
 
 namespace onednn_convt {
+
+// What host_allocate throws where the C library has no block of `bytes` (out of memory, or
+// past the process's address-space limit), after the kept blocks went back to the system.
+struct HostAllocationFailed : std::bad_alloc {
+    size_t bytes;
+    explicit HostAllocationFailed(size_t n) : bytes(n) {}
+    const char *what() const noexcept override { return "onednn_convt: host allocation failed"; }
+};
 
 // The engine allocator's two callbacks (dnnl_graph_host_allocate_f / _deallocate_f).
 // Also the allocator of the large arrays the binding makes (host_array in bindings.hpp).
 // Blocks from kKeptFrom bytes are rounded up (to 2 MiB from 2 MiB, aligned there and offered
 // transparent huge pages), and freed ones are kept, up to kKeptBytes in all, for the next
-// request they fit; smaller blocks go straight to the C library. Thread-safe.
+// request they fit; smaller blocks go straight to the C library. Thread-safe. Never returns
+// nullptr: throws HostAllocationFailed.
 void *host_allocate(size_t size, size_t alignment);
 void host_deallocate(void *block);
 

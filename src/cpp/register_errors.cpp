@@ -46,6 +46,12 @@ void register_errors(py::module_ &m) {
             if (p) std::rethrow_exception(p);
         } catch (const dnnl::error &e) {
             translate_dnnl_error(e);
+        } catch (const ExecutionOutOfMemory &e) {
+            PyErr_SetString(PyExc_MemoryError, e.what());
+        } catch (const HostAllocationFailed &e) {
+            const std::string what = "could not allocate " + std::to_string(e.bytes) +
+                                     " bytes (out of memory, or at the process's address-space limit, ulimit -v)";
+            PyErr_SetString(PyExc_MemoryError, what.c_str());
         }
     });
 }

@@ -34,7 +34,6 @@ public:
         if (bytes > capacity_) {
             clear();
             data_ = static_cast<float *>(host_allocate(bytes, kAlign));
-            if (!data_) throw std::bad_alloc();
             capacity_ = bytes;
         }
         return data_;

@@ -112,34 +112,12 @@ def peak_bytes(parts: dict[str, int]) -> int:
 
 def memory_limit() -> tuple[Optional[int], str]:
     """(the bytes a case may allocate, where that limit comes from): ``onednn_convt``'s
-    memory limit (:func:`onednn_convt.set_memory_limit`, ``ONEDNN_CONVT_MEMORY_LIMIT``, else
-    the memory available now), lowered to what is left of the address-space limit
-    (``ulimit -v``) when there is one. (None, ...) when nothing says."""
+    (:func:`onednn_convt.limits.limit_in_force`: :func:`onednn_convt.set_memory_limit`,
+    ``ONEDNN_CONVT_MEMORY_LIMIT``, else the memory available now; under ``ulimit -v``/``-d``
+    at most what that leaves, less the library's reserve). (None, ...) when nothing says."""
     from .. import limits
 
-    if getattr(limits, "_limit", None) is not None:
-        source = "ONEDNN_CONVT_MEMORY_LIMIT or onednn_convt.set_memory_limit()"
-    else:
-        source = "the memory available now"
-    limit = limits.memory_limit()
-    headroom = _address_space_left()
-    if headroom is not None and (limit is None or headroom < limit):
-        return headroom, "what is left under the address-space limit (ulimit -v)"
-    return limit, source
-
-
-def _address_space_left() -> Optional[int]:
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft == resource.RLIM_INFINITY or soft <= 0:
-            return None
-        with open("/proc/self/statm", encoding="ascii") as f:
-            pages = int(f.read().split()[0])
-        return max(0, soft - pages * resource.getpagesize())
-    except (ImportError, OSError, ValueError, IndexError):
-        return None
+    return limits.limit_in_force()
 
 
 def over_limit(case: Case, out_elements: Optional[int] = None) -> Optional[Result]:
