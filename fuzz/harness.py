@@ -55,6 +55,7 @@ FUZZERS = {
     "torch": "torch_layers",
     "torch_reuse": "torch_reuse",
     "cli": "cli_options",
+    "address_space": "address_space",
 }
 #: the environment of every child (the memory limit makes a huge allocation an error
 #: that names the op, not a machine out of memory)
