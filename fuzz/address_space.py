@@ -8,7 +8,7 @@ lowers the soft address-space limit to what the process maps now plus a random h
 give the result the same op gives without it, or raise MemoryError (the package's names
 the op; with a headroom of a few MiB the interpreter's own may come first), never another
 exception (oneDNN 3.2 out of memory while it compiles is left broken, see the
-package's ``limits.ADDRESS_SPACE_RESERVE``). Then the limit goes back, and every op, and a
+package's ``limits.address_space_reserve``). Then the limit goes back, and every op, and a
 new op of each problem, must run and agree; a result small enough is also checked against
 the float64 reference. A crash or a hang is the harness's finding.
 """

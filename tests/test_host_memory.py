@@ -172,7 +172,7 @@ _ULIMIT_SCRIPT = textwrap.dedent("""
     again = op(x, w, out=out)
     # 2. a new call past what the limit leaves: refused before the library sees it
     big = rng.standard_normal((16, 64, 96, 96), np.float32)
-    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + 300 * 2**20, hard))
+    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + oc.limits.address_space_reserve() + 32 * 2**20, hard))
     try:
         op(big, w)
         errors.append(None)
@@ -198,7 +198,7 @@ def test_running_out_of_address_space_is_a_memory_error_and_the_package_recovers
     if temporary < 8 * MB:
         pytest.skip(f"the library took {temporary} bytes of temporary memory here: nothing to deny it")
     assert at_run is not None and "ConvTranspose: oneDNN could not allocate" in at_run and "ulimit -v" in at_run
-    assert at_plan is not None and "ulimit" in at_plan and "kept for the library" in at_plan
+    assert at_plan is not None and "ulimit" in at_plan and "kept for the library and its threads" in at_plan
     load = {name: np.load(tmp_path / f"{name}.npy") for name in ("first", "again", "big", "x", "w", "bigx")}
     attrs = dict(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX")
     np.testing.assert_array_equal(load["again"], load["first"])
@@ -208,7 +208,8 @@ def test_running_out_of_address_space_is_a_memory_error_and_the_package_recovers
 
 def test_an_address_space_limit_lowers_every_limit(monkeypatch, tmp_path):
     """Under ``ulimit -v`` (RLIMIT_AS, against VmSize) or ``ulimit -d`` (RLIMIT_DATA, against
-    VmData) a call may take what is left less ADDRESS_SPACE_RESERVE, below the memory
+    VmData) a call may take what is left less address_space_reserve() (the compiles' reserve
+    and a stack per OpenMP thread: OMP_STACKSIZE, else ulimit -s), below the memory
     available and below a limit the user set; without either, neither is read."""
     import resource
 
@@ -218,15 +219,25 @@ def test_an_address_space_limit_lowers_every_limit(monkeypatch, tmp_path):
     monkeypatch.setattr(limits, "MEMINFO", str(tmp_path / "missing"))
     monkeypatch.setattr(limits, "CGROUP_V1", (str(tmp_path / "a"), str(tmp_path / "b")))
     monkeypatch.setattr(limits, "CGROUP_V2", (str(tmp_path / "a"), str(tmp_path / "b")))
-    caps = {resource.RLIMIT_AS: resource.RLIM_INFINITY, resource.RLIMIT_DATA: resource.RLIM_INFINITY}
+    caps = {resource.RLIMIT_AS: resource.RLIM_INFINITY, resource.RLIMIT_DATA: resource.RLIM_INFINITY,
+            resource.RLIMIT_STACK: 8 * MB}
     monkeypatch.setattr(resource, "getrlimit", lambda which: (caps.get(which, resource.RLIM_INFINITY), -1))
+    monkeypatch.setattr(limits.omp, "max_threads", lambda: 4)
+    monkeypatch.delenv("OMP_STACKSIZE", raising=False)
+    assert limits.address_space_reserve() == limits.COMPILE_RESERVE + 4 * 8 * MB
+    monkeypatch.setenv("OMP_STACKSIZE", "16M")
+    assert limits.address_space_reserve() == limits.COMPILE_RESERVE + 4 * 16 * MB
+    monkeypatch.setenv("OMP_STACKSIZE", "512")  # kilobytes without a unit
+    assert limits.address_space_reserve() == limits.COMPILE_RESERVE + 4 * 512 * 1024
+    monkeypatch.delenv("OMP_STACKSIZE")
+    reserve = limits.COMPILE_RESERVE + 4 * 8 * MB
     assert limits.address_space_left() is None and limits.available_memory() is None
     caps[resource.RLIMIT_AS] = 2_000_000 * 1024 + 1000 * MB
     assert limits.address_space_left() == 1000 * MB
-    assert limits.available_memory() == 1000 * MB - limits.ADDRESS_SPACE_RESERVE
+    assert limits.available_memory() == 1000 * MB - reserve
     caps[resource.RLIMIT_DATA] = 1_000_000 * 1024 + 500 * MB  # the data limit leaves less
     assert limits.address_space_left() == 500 * MB
     monkeypatch.setattr(limits, "_limit", 8 * 2**30)  # a user's limit above what is left
-    assert limits.memory_limit() == 500 * MB - limits.ADDRESS_SPACE_RESERVE
+    assert limits.memory_limit() == 500 * MB - reserve
     monkeypatch.setattr(limits, "_limit", 100 * MB)  # and below it
     assert limits.memory_limit() == 100 * MB

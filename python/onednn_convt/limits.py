@@ -10,7 +10,7 @@ or with a ``K``/``M``/``G``/``T`` suffix, powers of 1024), else the memory avail
 (``MemAvailable`` in ``/proc/meminfo``, lowered by a cgroup limit if there is one; read
 only for calls estimated at 1 MiB or more), and lowered again under an address-space or
 data limit (``ulimit -v``, ``ulimit -d``) to what is left of it less
-:data:`ADDRESS_SPACE_RESERVE`. The estimate follows oneDNN 3.2 as measured on this
+:func:`address_space_reserve`. The estimate follows oneDNN 3.2 as measured on this
 package's ops; it is a guard against the impossible, not an exact budget.
 
 Library range: oneDNN 3.2 computes the shape consistency of a (de)convolution in 32-bit
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import environment, native, shapes
+from . import environment, native, omp, shapes
 from .strides import needs_copy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,12 +50,14 @@ _SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 #: Files read for the default limit (tests point them elsewhere).
 MEMINFO = "/proc/meminfo"
 STATUS = "/proc/self/status"
-#: Bytes of an address-space or data limit kept out of a call's reach. oneDNN 3.2 does not
-#: survive running out of address space while it compiles: measured on an AMD Zen3 under
-#: ``ulimit -v``, a reorder primitive whose creation failed (out_of_memory) failed again
-#: on every later call after the limit was lifted, and clearing the library's caches then
-#: crashed the process (SIGSEGV). Its compiles take a few MiB; this leaves it room.
-ADDRESS_SPACE_RESERVE = 256 * 2**20
+#: Bytes of an address-space or data limit kept for oneDNN 3.2's compiles, which it does not
+#: survive running out of: measured on an AMD Zen3 under ``ulimit -v``, a reorder primitive
+#: whose creation failed (out_of_memory) failed again on every later call after the limit
+#: was lifted, and clearing the library's caches then crashed the process (SIGSEGV). Small
+#: problems compiled within 16 MiB. See :func:`address_space_reserve`.
+COMPILE_RESERVE = 64 * 2**20
+#: a thread's stack where RLIMIT_STACK is unlimited (glibc's default on x86-64)
+_UNLIMITED_STACK = 32 * 2**20
 CGROUP_V2 = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current")
 CGROUP_V1 = (
     "/sys/fs/cgroup/memory/memory.limit_in_bytes",
@@ -145,7 +147,7 @@ def available_memory() -> int | None:
 
     ``MemAvailable`` from ``/proc/meminfo``, lowered to what is left under the cgroup's
     memory limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when there is one, and
-    to :func:`address_space_left` less :data:`ADDRESS_SPACE_RESERVE` under a ``ulimit``.
+    to :func:`address_space_left` less :func:`address_space_reserve` under a ``ulimit``.
     """
     avail = None
     try:
@@ -164,7 +166,7 @@ def available_memory() -> int | None:
             break
     room = address_space_left()
     if room is not None:
-        room = max(0, room - ADDRESS_SPACE_RESERVE)
+        room = max(0, room - address_space_reserve())
         avail = room if avail is None else min(avail, room)
     return avail
 
@@ -186,6 +188,29 @@ def address_space_left() -> int | None:
         if used is not None:
             left = max(0, soft - used) if left is None else min(left, max(0, soft - used))
     return left
+
+
+def address_space_reserve() -> int:
+    """Bytes of what ``ulimit -v``/``-d`` leaves that no call may take: :data:`COMPILE_RESERVE`
+    for the library's compiles, and a stack for each OpenMP thread (``OMP_STACKSIZE``, else
+    the ``ulimit -s`` a new thread gets): libgomp ends the process ("Thread creation failed")
+    when it cannot map one, measured with 2-8 MiB left before a process's first call."""
+    return COMPILE_RESERVE + (omp.max_threads() or 1) * _thread_stack_bytes()
+
+
+def _thread_stack_bytes() -> int:
+    """The stack an OpenMP worker thread maps: ``OMP_STACKSIZE`` (``size[B|K|M|G]``, kilobytes
+    without a unit), else RLIMIT_STACK (glibc's default for new threads)."""
+    text = os.environ.get("OMP_STACKSIZE", "").strip()
+    m = re.fullmatch(r"(\d{1,15})\s*([BKMG]?)", text, re.IGNORECASE)
+    if m:
+        return int(m.group(1)) * {"B": 1, "": 2**10, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2).upper()]
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not a POSIX system
+        return _UNLIMITED_STACK
+    soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    return _UNLIMITED_STACK if soft == resource.RLIM_INFINITY or soft <= 0 else int(soft)
 
 
 def _address_space_limited() -> bool:
@@ -212,7 +237,7 @@ def _status_bytes(field: bytes) -> int | None:
 def memory_limit() -> int | None:
     """The limit in force, in bytes: the one set, else :func:`available_memory` (may be
     None); under ``ulimit -v``/``-d``, at most what that leaves less
-    :data:`ADDRESS_SPACE_RESERVE`."""
+    :func:`address_space_reserve`."""
     return limit_in_force()[0]
 
 
@@ -372,7 +397,7 @@ def check_memory(
     emulated: bool,
 ) -> None:
     """Raise MemoryError if the call's estimated allocation is over :func:`memory_limit`, or
-    over what ``ulimit -v``/``-d`` leaves less :data:`ADDRESS_SPACE_RESERVE` (a limit set
+    over what ``ulimit -v``/``-d`` leaves less :func:`address_space_reserve` (a limit set
     by the user included)."""
     parts = estimate(low, arrays, out, dtype, emulated)
     total = sum(parts.values())
@@ -401,15 +426,15 @@ def check_memory(
 def limit_in_force(bounded: bool | None = None) -> tuple[int | None, str]:
     """(the bytes a call may allocate, where that limit comes from): the limit set, else
     :func:`available_memory`, and under ``ulimit -v``/``-d`` at most what that leaves less
-    :data:`ADDRESS_SPACE_RESERVE` (``bounded``: whether such a ulimit is set; None: look).
+    :func:`address_space_reserve` (``bounded``: whether such a ulimit is set; None: look).
     (None, ...) when nothing says."""
     if bounded is None:
         bounded = _address_space_limited()
-    room = None
+    room, reserve = None, 0
     if bounded:
-        left = address_space_left()
-        room = None if left is None else max(0, left - ADDRESS_SPACE_RESERVE)
-    ulimit = f"what ulimit -v/-d leaves, less {format_bytes(ADDRESS_SPACE_RESERVE)} kept for the library"
+        left, reserve = address_space_left(), address_space_reserve()
+        room = None if left is None else max(0, left - reserve)
+    ulimit = f"what ulimit -v/-d leaves, less {format_bytes(reserve)} kept for the library and its threads"
     if _limit is not None:
         if room is not None and room < _limit:
             return room, ulimit

@@ -36,7 +36,7 @@ go: the peak holds the largest, :func:`peak_bytes`) and compares it with
 :func:`memory_limit`: ``onednn_convt``'s memory limit (``ONEDNN_CONVT_MEMORY_LIMIT``,
 :func:`onednn_convt.set_memory_limit`, else the memory available now), lowered to what is
 left under ``ulimit -v``/``-d`` less the library's reserve
-(:data:`onednn_convt.limits.ADDRESS_SPACE_RESERVE`). Over it, the case is SKIPPED with the
+(:func:`onednn_convt.limits.address_space_reserve`). Over it, the case is SKIPPED with the
 sizes; over :data:`ABSURD_BYTES`, INVALID. The op applies the limit to its own allocations
 too (a MemoryError it raises is SKIPPED), and a MemoryError while the runner allocates is
 SKIPPED, never an ERROR. The estimate is a guard against the impossible, not an exact
