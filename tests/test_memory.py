@@ -369,6 +369,15 @@ def test_info_under_a_limit_below_its_dtype_probe(monkeypatch):
     assert dtype_support()["ConvTranspose"]["f32"] == "native"
 
 
+def test_info_names_the_memory_limit_and_where_it_comes_from(memory_limit):
+    memory_limit(3 * MB)
+    assert oc.info()["memory_limit"] == {"bytes": 3 * MB, "from": "set by set_memory_limit() or ONEDNN_CONVT_MEMORY_LIMIT"}
+    memory_limit(None)
+    got = oc.info()["memory_limit"]
+    assert got["from"].startswith("the memory available now") and got["bytes"] == pytest.approx(
+        limits.available_memory(), rel=0.05)
+
+
 def test_default_limit_reads_meminfo_and_cgroups(monkeypatch, tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       8000000 kB\nMemFree:    100 kB\nMemAvailable:    3000000 kB\n")

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import dtypes, guards, native, omp
+from . import dtypes, guards, limits, native, omp
 from .lowering import autotune, rules, tuning_cache
 from .errors import UnsupportedError
 
@@ -75,8 +75,10 @@ def info() -> dict[str, Any]:
     (``ONEDNN_MAX_CPU_ISA`` honoured), threads, dtype support, the guards active on that ISA
     (:mod:`onednn_convt.guards`), which measured rules pick the lowerings
     (:func:`onednn_convt.lowering.rules.report`), whether autotuning is on and where its choices are
-    kept (:mod:`onednn_convt.lowering.autotune`), the compile cache counters and the
-    library's kept temporary memory (:func:`host_memory_info`)."""
+    kept (:mod:`onednn_convt.lowering.autotune`), the compile cache counters, the
+    library's kept temporary memory (:func:`host_memory_info`) and the memory limit a new
+    call is checked against now (``memory_limit``: ``bytes``, None where nothing says, and
+    where it comes from; :mod:`onednn_convt.limits`)."""
     from ._version import __version__
 
     v = native.version()
@@ -95,6 +97,7 @@ def info() -> dict[str, Any]:
         "autotune": {"enabled": autotune.enabled(), "cache_file": str(tuning_cache.path())},
         "cache": cache_info(),
         "host_memory": host_memory_info(),
+        "memory_limit": dict(zip(("bytes", "from"), limits.limit_in_force())),
     }
 
 
