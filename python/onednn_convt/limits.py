@@ -56,6 +56,7 @@ STATUS = "/proc/self/status"
 #: was lifted, and clearing the library's caches then crashed the process (SIGSEGV). Small
 #: problems compiled within 16 MiB. See :func:`address_space_reserve`.
 COMPILE_RESERVE = 64 * 2**20
+_ULIMIT_SOURCE = "what ulimit -v/-d leaves"
 #: a thread's stack where RLIMIT_STACK is unlimited (glibc's default on x86-64)
 _UNLIMITED_STACK = 32 * 2**20
 CGROUP_V2 = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current")
@@ -149,6 +150,16 @@ def available_memory() -> int | None:
     memory limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when there is one, and
     to :func:`address_space_left` less :func:`address_space_reserve` under a ``ulimit``.
     """
+    avail = _system_available()
+    room = address_space_left()
+    if room is not None:
+        room = max(0, room - address_space_reserve())
+        avail = room if avail is None else min(avail, room)
+    return avail
+
+
+def _system_available() -> int | None:
+    """``MemAvailable``, lowered to what a cgroup's memory limit leaves; None if unknown."""
     avail = None
     try:
         with open(MEMINFO, "rb") as fh:
@@ -164,10 +175,6 @@ def available_memory() -> int | None:
             left = max(0, cap - used)
             avail = left if avail is None else min(avail, left)
             break
-    room = address_space_left()
-    if room is not None:
-        room = max(0, room - address_space_reserve())
-        avail = room if avail is None else min(avail, room)
     return avail
 
 
@@ -412,7 +419,7 @@ def check_memory(
     if limit is None:
         return
     if total > limit:
-        remedy = ("raise the process's ulimit" if source.startswith("what ulimit") else
+        remedy = ("raise the process's ulimit" if source.startswith(_ULIMIT_SOURCE) else
                   f"raise it with onednn_convt.set_memory_limit(bytes) or {_ENV_LIMIT}")
         detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items())
         msg = (
@@ -424,22 +431,27 @@ def check_memory(
 
 
 def limit_in_force(bounded: bool | None = None) -> tuple[int | None, str]:
-    """(the bytes a call may allocate, where that limit comes from): the limit set, else
-    :func:`available_memory`, and under ``ulimit -v``/``-d`` at most what that leaves less
-    :func:`address_space_reserve` (``bounded``: whether such a ulimit is set; None: look).
-    (None, ...) when nothing says."""
+    """(the bytes a call may allocate, where that limit comes from): the limit set, else the
+    memory available (``MemAvailable``, or what a cgroup leaves), and under ``ulimit -v``/``-d``
+    at most what that leaves less :func:`address_space_reserve` (``bounded``: whether such a
+    ulimit is set; None: look). (None, "nothing says") when nothing says."""
     if bounded is None:
         bounded = _address_space_limited()
-    room, reserve = None, 0
-    if bounded:
-        left, reserve = address_space_left(), address_space_reserve()
-        room = None if left is None else max(0, left - reserve)
-    ulimit = f"what ulimit -v/-d leaves, less {format_bytes(reserve)} kept for the library and its threads"
+    candidates: list[tuple[int, str]] = []
     if _limit is not None:
-        if room is not None and room < _limit:
-            return room, ulimit
-        return _limit, "set by set_memory_limit() or ONEDNN_CONVT_MEMORY_LIMIT"
-    return available_memory(), f"the memory available now: MemAvailable, a cgroup's limit, or {ulimit}"
+        candidates.append((_limit, "set by set_memory_limit() or ONEDNN_CONVT_MEMORY_LIMIT"))
+    else:
+        avail = available_memory()  # (a ulimit's room among its figures: named below where it decides)
+        if avail is not None:
+            candidates.append((avail, "the memory available now: MemAvailable, or what a cgroup's limit leaves"))
+    left = address_space_left() if bounded else None
+    if left is not None:
+        reserve = address_space_reserve()
+        candidates.append((max(0, left - reserve), f"{_ULIMIT_SOURCE}, less {format_bytes(reserve)} kept for "
+                                                   "the library and its threads"))
+    if not candidates:
+        return None, "nothing says"
+    return min(candidates, key=lambda c: (c[0], not c[1].startswith(_ULIMIT_SOURCE)))
 
 
 def check_plan(
