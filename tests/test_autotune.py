@@ -495,7 +495,7 @@ print("ok", field)
 """
 
 
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", [*range(6), *(pytest.param(s, marks=pytest.mark.slow) for s in range(6, 16))])
 def test_a_hostile_cache_entry_never_breaks_a_call(tmp_path, seed):
     """Fuzz the cache file's entries (each trial a process of its own, with a timeout): a
     field of the wrong type, a hostile value inside one, a field dropped or added. The call

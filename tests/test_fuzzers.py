@@ -22,7 +22,7 @@ from test_isa_matrix import require  # noqa: E402
 #: are processes or thread storms of their own (cli: 1 s a trial on an AMD Zen3; address_space:
 #: 2-3 s; threads, fork: 5-6 s) and the torch ones keep a few, so that the default suite stays under ten minutes
 CI_TRIALS = {"conformance": 60, "api": 40, "fused": 40, "plain": 60, "reuse": 40, "threads": 2, "fork": 2, "torch": 20,
-             "torch_reuse": 20, "cli": 4, "address_space": 3}
+             "torch_reuse": 20, "cli": 4, "address_space": 2}
 #: trials per fuzzer in the slow run: 600 of the in-process fuzzers, 400 of the torch ones,
 #: 80 of threads, fork and address_space (each a process, 3-6 s), 240 of cli (1-3 s)
 SLOW_TRIALS = {"conformance": 600, "api": 600, "fused": 400, "plain": 600, "reuse": 400, "threads": 80, "fork": 80,

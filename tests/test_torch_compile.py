@@ -39,12 +39,11 @@ def _inputs(geometry: Any, channels_last: bool, bias: bool) -> tuple[Any, ...]:
     return src, weight, b, stride, padding, output_padding, groups, dilation
 
 
-# every geometry in NCHW; channels_last on the grouped one by default, on the others with -m slow
-# (3-7 s each on an AMD Zen3)
+# every geometry in NCHW by default; channels_last with -m slow (4-9 s each on an AMD Zen3;
+# the torch fuzzer checks every custom op's fake result on channels_last tensors by default)
 @pytest.mark.parametrize("geometry,channels_last", [
     *[pytest.param(g, False, id=f"{i}-nchw") for g, i in zip(GEOMETRIES, IDS)],
-    pytest.param(GEOMETRIES[0], True, id=f"{IDS[0]}-channels_last"),
-    *[pytest.param(g, True, id=f"{i}-channels_last", marks=pytest.mark.slow) for g, i in zip(GEOMETRIES[1:], IDS[1:])],
+    *[pytest.param(g, True, id=f"{i}-channels_last", marks=pytest.mark.slow) for g, i in zip(GEOMETRIES, IDS)],
 ])
 def test_opcheck_passes_on_each_op(geometry, channels_last):
     src, weight, bias, *g = _inputs(geometry, channels_last, bias=True)
