@@ -40,7 +40,7 @@ def _inputs(geometry: Any, channels_last: bool, bias: bool) -> tuple[Any, ...]:
 
 
 # every geometry in NCHW by default; channels_last with -m slow (4-9 s each on an AMD Zen3;
-# the torch fuzzer checks every custom op's fake result on channels_last tensors by default)
+# the torch fuzzer checks the custom ops' fake results on random layouts, channels_last among them)
 @pytest.mark.parametrize("geometry,channels_last", [
     *[pytest.param(g, False, id=f"{i}-nchw") for g, i in zip(GEOMETRIES, IDS)],
     *[pytest.param(g, True, id=f"{i}-channels_last", marks=pytest.mark.slow) for g, i in zip(GEOMETRIES, IDS)],
