@@ -848,7 +848,7 @@ void *ScratchBuffer::reserve(size_t bytes) {
     // (a valid address for the library, as the std::vector this replaced gave)
     const size_t size = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
     void *p = aligned_block(align, size);  // from kHugePage bytes, aligned to (and offered) huge pages
-    if (p == nullptr) throw std::bad_alloc();
+    if (p == nullptr) throw HostAllocationFailed(size);  // (CompiledOp::execute names the op)
     std::free(data_);
     data_ = p;
     capacity_ = size;
