@@ -84,7 +84,7 @@ def test_kept_blocks_go_back_before_a_memory_error(monkeypatch):
     """Near the memory limit the kept blocks go back to the system before a call is refused.
     The system's free memory is simulated: 32 MiB less what this process keeps, 64 MiB."""
     monkeypatch.setattr(limits, "_limit", None)
-    monkeypatch.setattr(limits, "available_memory", lambda: 0)
+    monkeypatch.setattr(limits, "_system_available", lambda: 0)
     oc.clear_cache()
     op = oc.ConvTranspose(**ATTRS)
     x, w = inputs(11)
@@ -93,7 +93,7 @@ def test_kept_blocks_go_back_before_a_memory_error(monkeypatch):
     blocks = [memory.empty((8 * MB,), np.uint8) for _ in range(8)]
     del blocks
     assert oc.host_memory_info()["kept_bytes"] >= 64 * MB
-    monkeypatch.setattr(limits, "available_memory", lambda: 32 * MB - oc.host_memory_info()["kept_bytes"])
+    monkeypatch.setattr(limits, "_system_available", lambda: 32 * MB - oc.host_memory_info()["kept_bytes"])
     assert_close(op(x, w), reference.conv_transpose(x, w, **ATTRS), "f32", 64 * 4)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import resource
 import warnings
 from decimal import Decimal, localcontext
 from collections.abc import Sequence
@@ -150,12 +151,20 @@ def available_memory() -> int | None:
     memory limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when there is one, and
     to :func:`address_space_left` less :func:`address_space_reserve` under a ``ulimit``.
     """
-    avail = _system_available()
-    room = address_space_left()
+    avail, room = _system_available(), _ulimit_room()
     if room is not None:
-        room = max(0, room - address_space_reserve())
-        avail = room if avail is None else min(avail, room)
+        avail = room[0] if avail is None else min(avail, room[0])
     return avail
+
+
+def _ulimit_room() -> tuple[int, int] | None:
+    """(what ``ulimit -v``/``-d`` leaves less :func:`address_space_reserve`, that reserve),
+    or None where neither limit is set."""
+    left = address_space_left()
+    if left is None:
+        return None
+    reserve = address_space_reserve()
+    return max(0, left - reserve), reserve
 
 
 def _system_available() -> int | None:
@@ -182,10 +191,6 @@ def address_space_left() -> int | None:
     """Bytes this process may still map under its address-space limit (``ulimit -v``,
     RLIMIT_AS, against ``VmSize``) and its data limit (``ulimit -d``, RLIMIT_DATA, against
     ``VmData``), the smaller; None where neither is set or the system does not say."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not a POSIX system
-        return None
     left = None
     for which, field in ((resource.RLIMIT_AS, b"VmSize:"), (resource.RLIMIT_DATA, b"VmData:")):
         soft = resource.getrlimit(which)[0]
@@ -212,20 +217,12 @@ def _thread_stack_bytes() -> int:
     m = re.fullmatch(r"(\d{1,15})\s*([BKMG]?)", text, re.IGNORECASE)
     if m:
         return int(m.group(1)) * {"B": 1, "": 2**10, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2).upper()]
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not a POSIX system
-        return _UNLIMITED_STACK
     soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
     return _UNLIMITED_STACK if soft == resource.RLIM_INFINITY or soft <= 0 else int(soft)
 
 
 def _address_space_limited() -> bool:
     """Whether ``ulimit -v`` or ``ulimit -d`` bounds this process."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not a POSIX system
-        return False
     return any(resource.getrlimit(r)[0] != resource.RLIM_INFINITY for r in (resource.RLIMIT_AS, resource.RLIMIT_DATA))
 
 
@@ -411,11 +408,11 @@ def check_memory(
     bounded = _address_space_limited()
     if _limit is None and total < 2**20 and not bounded:  # a small call: skip reading /proc
         return
-    limit, source = limit_in_force(bounded)
+    limit, source = limit_in_force()
     if limit is not None and total > limit and (_limit is None or bounded) and native.host_memory_info()["kept_bytes"]:
         # blocks kept for reuse (onednn_convt.host_memory_info) go back to the system first
         native.release_host_memory()
-        limit, source = limit_in_force(bounded)
+        limit, source = limit_in_force()
     if limit is None:
         return
     if total > limit:
@@ -430,25 +427,21 @@ def check_memory(
         raise MemoryError(msg)
 
 
-def limit_in_force(bounded: bool | None = None) -> tuple[int | None, str]:
+def limit_in_force() -> tuple[int | None, str]:
     """(the bytes a call may allocate, where that limit comes from): the limit set, else the
     memory available (``MemAvailable``, or what a cgroup leaves), and under ``ulimit -v``/``-d``
-    at most what that leaves less :func:`address_space_reserve` (``bounded``: whether such a
-    ulimit is set; None: look). (None, "nothing says") when nothing says."""
-    if bounded is None:
-        bounded = _address_space_limited()
+    at most what that leaves less :func:`address_space_reserve`. (None, "nothing says") when
+    nothing says."""
     candidates: list[tuple[int, str]] = []
     if _limit is not None:
         candidates.append((_limit, "set by set_memory_limit() or ONEDNN_CONVT_MEMORY_LIMIT"))
     else:
-        avail = available_memory()  # (a ulimit's room among its figures: named below where it decides)
+        avail = _system_available()
         if avail is not None:
             candidates.append((avail, "the memory available now: MemAvailable, or what a cgroup's limit leaves"))
-    left = address_space_left() if bounded else None
-    if left is not None:
-        reserve = address_space_reserve()
-        candidates.append((max(0, left - reserve), f"{_ULIMIT_SOURCE}, less {format_bytes(reserve)} kept for "
-                                                   "the library and its threads"))
+    room = _ulimit_room()
+    if room is not None:
+        candidates.append((room[0], f"{_ULIMIT_SOURCE}, less {format_bytes(room[1])} kept for the library and its threads"))
     if not candidates:
         return None, "nothing says"
     return min(candidates, key=lambda c: (c[0], not c[1].startswith(_ULIMIT_SOURCE)))
