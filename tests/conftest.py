@@ -37,16 +37,18 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture
 def hand_rules(monkeypatch):
     """The hand-written rules alone (rules.fallback), without the measured table (nor the
-    measured rule of the lifted form, onednn_convt.lowering.lifted).
+    measured rules of the lifted form and the depth taps, onednn_convt.lowering.lifted and
+    onednn_convt.lowering.depth_taps).
 
     For the modules that check those rules' routes by name (which lowering a guard or a
     fallback rule sends a problem to) as well as their results: the table's choice for a
     problem class differs per ISA class and is re-generated from tuning runs. Every
     lowering the table may pick is checked against the reference by
     tests/test_lowering_candidates.py, and the table itself by tests/test_rules_table.py."""
-    from onednn_convt.lowering import lifted, rules_table
+    from onednn_convt.lowering import depth_taps, lifted, rules_table
 
     monkeypatch.setattr(lifted, "MEASURED_ON", frozenset())  # measured too: the lifted form's rule
+    monkeypatch.setattr(depth_taps, "MEASURED_ON", frozenset())  # and the depth taps' rule
     monkeypatch.setattr(rules_table, "TABLES", {})
     monkeypatch.setattr(rules_table, "DEFAULT", None)
     monkeypatch.setattr(rules_table, "_use_shipped_default", False)

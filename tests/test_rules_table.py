@@ -18,7 +18,7 @@ from helpers import assert_close, benchmark_script
 
 import onednn_convt as oc
 from onednn_convt import lowering, reference
-from onednn_convt.lowering import base, rules, rules_table
+from onednn_convt.lowering import base, depth_taps, rules, rules_table
 from onednn_convt.problem import BACKWARD_DATA, FORWARD, SHAPE_CLASSES, TINY_FLOPS, shape_class
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -652,7 +652,8 @@ def test_gemm_grouped_3d_layers_run_the_library_op(table_name, monkeypatch):
     not a multiple of 8, depthwise among them) runs the library's own op under every
     table that measured no such layer: the 2-D layers' choices lost up to 4.8x there (the
     rules' docstring). A table that measured some (Zen3's random layers) chooses from their
-    candidates alone. 8 channels per group are ruled as before."""
+    candidates alone. 8 channels per group are ruled as before. A depthwise one runs its
+    depth taps where their rule chooses them (lowering.depth_taps), whatever the table."""
     if table_name == "default":
         monkeypatch.setattr(rules, "table", lambda: (rules_table.default(), "a test's"))
     elif table_name == "none":
@@ -671,7 +672,10 @@ def test_gemm_grouped_3d_layers_run_the_library_op(table_name, monkeypatch):
                     table, _ = rules.table()
                     kind = {n for m in (table.layers if table else ()) if m.gemm_grouped
                             and (m.op, m.dtype, m.data_format) == (p.op, p.dtype, p.data_format) for n in m.ratios}
-                    if kind:
+                    taps = depth_taps.choice(p, lowering.candidates(p))  # measured apart, before the tables
+                    if taps is not None:
+                        assert lowering.rule(p) == taps == base.DEPTH_TAPS, (op_name, fmt, groups, kernel)
+                    elif kind:
                         assert lowering.rule(p) in kind, (op_name, fmt, groups, channels, kernel)
                     else:
                         assert lowering.rule(p) == own[op_name], (op_name, fmt, groups, channels, kernel)

@@ -61,7 +61,7 @@ class Op:
         if isinstance(plan, PhasedPlan):  # the phases, then a BiasAdd over dst where staged
             kinds = sorted({p.lowering.kind + ("+bias (core)" if p.lowering.host_bias is not None else "")
                             + (" " + _wrapper_note(p.lowering.name)).rstrip() for p in plan.plans if p is not None})
-            parts = "groups" if low.kind == lowering.base.PER_GROUP else "phases, stride 1"
+            parts = {lowering.base.PER_GROUP: "groups", lowering.base.DEPTH_TAPS: "2-D ops"}.get(low.kind, "phases, stride 1")
             text = (f"{low.kind}{'+BiasAdd' if staged and plan.bias_axis is not None else ''} "
                     f"({len(low.phases)} {parts}: {', '.join(kinds) or 'the bias alone'})")
         else:

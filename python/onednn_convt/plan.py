@@ -20,6 +20,7 @@ import numpy as np
 from . import dtypes, limits, memory, native, omp, shapes
 from . import strides as strides_
 from .errors import UnsupportedError
+from .lowering import base
 
 if TYPE_CHECKING:
     from .lowering.autotune import Tuning
@@ -187,17 +188,18 @@ class PhasedPlan:
         after = bias is not None and self.lowering.bias_stage
         for phase, plan in zip(self.lowering.phases, self.plans):
             if phase.fill is not None:
-                view = result[phase.fill]
+                view = base.window(result, phase.fill)
                 if bias is not None and not after:
                     view[...] = np.reshape(bias, self._bias_shape(result))
                 else:
                     view[...] = 0
             if plan is None:
                 continue
-            args = [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
-            view = result[phase.out] if phase.out else result
-            if phase.accumulate:
-                np.add(result, plan.run(args, None, guarded), out=result)
+            args = phase.args(arrays)
+            view = base.window(result, phase.out)
+            if phase.accumulate:  # IEEE sums, as the library's kernels make them (Inf - Inf: NaN)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    np.add(view, plan.run(args, None, guarded), out=view)
             elif strides_.nested(view):
                 plan.run(args, view, guarded)
             else:  # oneDNN refuses strides that do not nest (a weights phase): written here
@@ -308,8 +310,7 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         # placeholders laid out as run's copies are (zeros: pages untouched until written)
         f32 = [np.zeros(a.shape, np.float32) if _low_precision(a) else a for a in arrays]
         return replace(_phased_plan(target, lowering, f32, None, "f32"), dtype=dtype, emulated=True)
-    phase_args = [None if phase.lowering is None else [arrays[i][v] if v else arrays[i] for i, v in phase.inputs]
-                  for phase in lowering.phases]
+    phase_args = [None if phase.lowering is None else phase.args(arrays) for phase in lowering.phases]
     if out is None:
         # the checks each phase's plan makes, before the result they plan views of is
         # allocated (a result past the memory, or the address space, is never allocated)
@@ -324,7 +325,7 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         if phase.lowering is None or args is None:
             plans.append(None)
             continue
-        view = result[phase.out] if phase.out else result
+        view = base.window(result, phase.out)
         written = view if not phase.accumulate and strides_.nested(view) else None
         plans.append(plan_for(target, phase.lowering, args, written, code))
     bias_axis = bias_add = None

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .. import dtypes, reference
+from ..lowering.base import window
 from ..plan import writable_as_given
 from .suites import Case, Config
 from .timing import BatchRunner
@@ -57,9 +58,9 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
     for phase, sub in zip(phases, plan.plans):
         if sub is None:
             continue
-        view = result[phase.out] if phase.out else result
+        view = window(result, phase.out)
         target = view if not phase.accumulate and writable_as_given(view) else None
-        run, note = _plan_runner(sub, [arrays[i][v] if v else arrays[i] for i, v in phase.inputs], target)
+        run, note = _plan_runner(sub, phase.args(arrays), target)
         runners.append(run)
         notes.update(filter(None, note.split("; ")))
 

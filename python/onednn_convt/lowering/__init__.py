@@ -12,6 +12,8 @@ package does the rest:
   (:mod:`.per_group`: an ungrouped op per group on channel slices), for the tuner; a bf16/f16 one also has it in f32
   (``"Polyphase in f32"``: the inputs converted once, the f32 phases, the result rounded
   once), the polyphase form there is where the CPU has no native kernels for the dtype;
+  a 3-D depthwise f32 BackwardData its depth taps (:mod:`.depth_taps`: 2-D ops on plane
+  views, summed), which the rules choose where that was measured;
 - an NCX problem also has its channels-last form (:mod:`.channels_last`: the NXC problem's
   library op between reorders of the activations), the NXC op chosen by the rules;
 - a bf16/f16 problem also has each library op computed in f32 (``"<name> in f32"``: the
@@ -32,8 +34,8 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
-from . import backward_data, backward_weights, base, channels_last, forward, lifted, per_group, polyphase, rules
-from .base import CHANNELS_LAST, LIFTED, MATMUL, PER_GROUP, POLYPHASE, Lowering
+from . import backward_data, backward_weights, base, channels_last, depth_taps, forward, lifted, per_group, polyphase, rules
+from .base import CHANNELS_LAST, DEPTH_TAPS, LIFTED, MATMUL, PER_GROUP, POLYPHASE, Lowering
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
 
@@ -67,7 +69,7 @@ def rule(p: Problem, *, native: bool = False, phase: bool = False) -> str:
 
 
 def _choose(p: Problem, names: list[str], phase: bool = False) -> str:
-    chosen = lifted.choice(p, names)  # measured apart from the tables
+    chosen = lifted.choice(p, names) or depth_taps.choice(p, names)  # measured apart from the tables
     if chosen is None:
         chosen = rules.measured(p, names, phase=phase)
     if chosen not in names:
@@ -95,11 +97,15 @@ def _valid(p: Problem, native: bool) -> list[str]:
         names.append(POLYPHASE + IN_F32)
     if per_group.applies(p):
         names.append(PER_GROUP)
+    if depth_taps.applies(p):
+        names.append(DEPTH_TAPS)
+    if depth_taps.applies_in_f32(p) and not native:
+        names.append(DEPTH_TAPS + IN_F32)
     return names
 
 
 #: the lowerings made of several ops (a part of one cannot be one of them)
-_PARTED = (POLYPHASE, POLYPHASE + IN_F32, PER_GROUP)
+_PARTED = (POLYPHASE, POLYPHASE + IN_F32, PER_GROUP, DEPTH_TAPS, DEPTH_TAPS + IN_F32)
 
 
 def _part_rule(p: Problem) -> str:
@@ -137,8 +143,10 @@ def build(p: Problem, name: str) -> Lowering:
         return replace(polyphase.build(p, lambda sub: build(sub, _part_rule(sub))), single_thread=small)
     if name == PER_GROUP:  # each group's ungrouped problem lowered by the rules
         return replace(per_group.build(p, lambda sub: build(sub, _part_rule(sub))), single_thread=small)
-    if name == POLYPHASE + IN_F32:  # the f32 problem's phases, its inputs converted once
-        return replace(build(replace(p, dtype="f32"), POLYPHASE), f32_only=True, name=name)
+    if name == DEPTH_TAPS:  # each tap's 2-D problem lowered by the rules
+        return replace(depth_taps.build(p, lambda sub: build(sub, _part_rule(sub))), single_thread=small)
+    if name in (POLYPHASE + IN_F32, DEPTH_TAPS + IN_F32):  # the f32 problem's parts, its inputs converted once
+        return replace(build(replace(p, dtype="f32"), name[: -len(IN_F32)]), f32_only=True, name=name)
     if name == CHANNELS_LAST:
         q = channels_last.nxc_problem(p)
         inner = _wrapped_inner(q) if channels_last.applies(p) else None

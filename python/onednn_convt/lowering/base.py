@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -59,8 +59,9 @@ class Lowering:
         host_bias: the library op runs without the bias (the last library input), which the
             core adds to its f32 result along this axis after each run (a small problem:
             :func:`onednn_convt.lowering.forward.bias_apart`); None: no such bias.
-        phases: the stride-1 ops of a polyphase lowering (:mod:`.polyphase`; ``kind``
-            ``"Polyphase"``), run in turn; empty for every other lowering.
+        phases: the ops of a lowering made of several, run in turn: a polyphase one's
+            stride-1 ops (:mod:`.polyphase`), a per-group one's groups (:mod:`.per_group`),
+            the depth taps' 2-D ops (:mod:`.depth_taps`); empty for every other lowering.
         unit_views: ``prepare`` only inserts axes of size 1 (a lifted 1-D call,
             :mod:`.lifted`): the library's inputs and output are the call's memory, and the
             C++ executor takes the call's arrays as they are.
@@ -116,25 +117,58 @@ def parts_native(dtype: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Phase:
-    """One stride-1 op of a polyphase lowering (:mod:`onednn_convt.lowering.polyphase`).
+class View:
+    """A view of an array that slices alone cannot say: basic indexing (integers drop their
+    axes), then optionally the axes in another order (``np.transpose``). Always a view: no
+    copy, so a result's view is written in place.
 
     Attributes:
-        lowering: the op's own lowering (its stride-1 problem's); None: the phase holds
+        index: the index (slices and integers).
+        axes: the order of the indexed view's axes (None: as they are).
+    """
+
+    index: tuple[Union[slice, int], ...]
+    axes: Optional[tuple[int, ...]] = None
+
+
+#: how a phase takes a part of an array: the index of its view (``()``: all of it), or a
+#: :class:`View`
+Window = Union[tuple[slice, ...], View]
+
+
+def window(a: np.ndarray, w: Window) -> np.ndarray:
+    """The part ``w`` of ``a`` (a view)."""
+    if isinstance(w, View):
+        v = a[w.index]
+        return v if w.axes is None else v.transpose(w.axes)
+    return a[w] if w else a
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One op of a lowering made of several (a polyphase lowering's stride-1 op,
+    :mod:`onednn_convt.lowering.polyphase`; a group, a depth tap's 2-D op).
+
+    Attributes:
+        lowering: the op's own lowering (its part's problem's); None: the phase holds
             the bias, or zeros, alone (``fill``).
         inputs: for each input of that problem, in its order: (index of the call's input,
-            the index of the view taken of it; ``()``: all of it).
-        out: the index of the view of the result the op writes (``()``: all of it).
+            the :data:`Window` of it the op reads).
+        out: the :data:`Window` of the result the op writes.
         fill: where the result is filled first (a forward's bias, or zeros; None: nowhere).
-        accumulate: add the op's result to the result instead of writing it (BackwardData's
-            phases after the first).
+        accumulate: add the op's result to its window of the result instead of writing it
+            (BackwardData's phases after the first).
     """
 
     lowering: Optional[Lowering]
-    inputs: tuple[tuple[int, tuple[slice, ...]], ...]
-    out: tuple[slice, ...]
-    fill: Optional[tuple[slice, ...]]
+    inputs: tuple[tuple[int, Window], ...]
+    out: Window
+    fill: Optional[Window]
     accumulate: bool = False
+
+    def args(self, arrays: Sequence[Any]) -> list[Any]:
+        """The op's inputs: its windows of the call's ``arrays``."""
+        return [window(arrays[i], w) for i, w in self.inputs]
 
 
 # -- library op kinds (Lowering.kind) ---------------------------------------------------
@@ -160,3 +194,5 @@ PER_GROUP = "Per group"
 CHANNELS_LAST = "Channels-last"
 #: a 1-D call run as its 2-D problem of height 1 (:mod:`.lifted`)
 LIFTED = "Lifted to 2-D"
+#: a 3-D depthwise BackwardData as 2-D ones, one per depth tap (:mod:`.depth_taps`)
+DEPTH_TAPS = "Depth taps"

@@ -38,7 +38,9 @@ for them. The fallback rules, in short (the measurements behind each are in
   above lost up to 4.8x there in NXC: the flipped Convolution forward 29 ms against 7.3,
   BackwardData's Convolution 22.9 against 4.8, ConvolutionBackwardWeights 1.14-1.75x; the
   exception, a k4 s2 BackwardWeights NCX with 2 channels per group, ran 1.5x faster
-  channels-last.
+  channels-last. A depthwise one's BackwardData has a way out of them, its depth taps as
+  2-D ops (:mod:`.depth_taps`), which :func:`onednn_convt.lowering.rule` takes on AVX2
+  before the tables (as it takes the lifted form of a 1-D depthwise problem).
 """
 
 from __future__ import annotations

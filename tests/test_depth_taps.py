@@ -1,0 +1,164 @@
+"""A 3-D depthwise BackwardData as 2-D ops, one per depth tap (onednn_convt.lowering.depth_taps):
+the reference's values over random geometries, layouts and out= arrays, which planes each
+op writes or adds to, and the rule that chooses it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import OPS, Config, assert_close
+from test_lowering_candidates import op_of
+from test_numerics import inputs_of, reference
+
+from onednn_convt import lowering
+from onednn_convt.lowering import base, depth_taps
+
+FWD, BWD_D, BWD_W = OPS
+
+
+def _random_config(rng: np.random.Generator) -> Config:
+    """A small 3-D depthwise problem with every attribute drawn (pads up to the dilated kernel)."""
+    kernel = tuple(int(k) for k in rng.integers(1, 5, 3))
+    dilations = tuple(int(d) for d in rng.integers(1, 3, 3))
+    strides = tuple(int(s) for s in rng.integers(1, 4, 3))
+    reach = [d * (k - 1) for d, k in zip(dilations, kernel)]
+    pads_begin = tuple(int(rng.integers(0, r + 1)) for r in reach)
+    pads_end = tuple(int(rng.integers(0, r + 1)) for r in reach)
+    output_padding = tuple(int(rng.integers(0, min(s, d))) for s, d in zip(strides, dilations))
+    src = tuple(int(x) for x in rng.integers(1, 6, 3))
+    channels = int(rng.choice([2, 3, 8]))
+    fmt = str(rng.choice(["NCX", "NXC"]))
+    return Config(src=src, kernel=kernel, strides=strides, dilations=dilations, pads_begin=pads_begin,
+                  pads_end=pads_end, output_padding=output_padding, n=int(rng.integers(1, 4)), ic=channels,
+                  oc=channels, groups=channels, data_format=fmt, weights_format=str(rng.choice(["IOX", "XOI"])),
+                  name=f"{fmt} src {src} k {kernel} s {strides} d {dilations} pads {pads_begin}/{pads_end}")
+
+
+def _nonempty(cfg: Config) -> bool:
+    """Whether every dim of diff_dst is at least 1."""
+    return all((x - 1) * s - pb - pe + d * (k - 1) + 1 + op > 0 for x, s, pb, pe, d, k, op in zip(
+        cfg.src, cfg.strides, cfg.pads_begin, cfg.pads_end, cfg.dilations, cfg.kernel, cfg.output_padding))
+
+
+def _problem(cfg: Config, code: str = "f32") -> Any:
+    arrays = inputs_of(BWD_D, cfg.tensors(np.random.default_rng(0), code), cfg)
+    return op_of(BWD_D, cfg)._problem(arrays, code)
+
+
+@pytest.fixture
+def taps_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every problem with the depth taps runs them (in f32 for bf16/f16)."""
+    rule = lowering.rule
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: next(
+        (n for n in lowering.candidates(p, native=native) if n.startswith(base.DEPTH_TAPS)), None)
+        or rule(p, native=native, phase=phase))
+
+
+@pytest.mark.usefixtures("taps_everywhere")
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("seed", range(12))
+def test_depth_taps_match_the_reference(seed: int, code: str) -> None:
+    """Random geometries (taps that reach every plane or none does, per sample and per
+    plane): a fresh result, an out= full of NaN laid out in Fortran order (every window a
+    view of other strides) and the inputs as every other element of larger arrays."""
+    rng = np.random.default_rng(seed)
+    cfg = _random_config(rng)
+    while not (_nonempty(cfg) and depth_taps.fits(_problem(cfg))):
+        cfg = _random_config(rng)
+    arrays = inputs_of(BWD_D, cfg.tensors(rng, code), cfg)
+    want = reference(BWD_D, cfg, arrays)
+    instance = op_of(BWD_D, cfg)
+    got = instance(*arrays)
+    assert (instance.lowering or "").startswith(base.DEPTH_TAPS), instance.lowering
+    assert_close(got, want, code, cfg.bwd_data_reduction, cfg.name)
+    out = np.full(got.shape[::-1], np.nan, got.dtype).T
+    assert instance(*arrays, out=out) is out
+    np.testing.assert_array_equal(np.asarray(out, np.float64), np.asarray(got, np.float64))
+    spread = []
+    for a in arrays:
+        big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+        big[..., ::2] = a
+        spread.append(big[..., ::2])
+    assert_close(instance(*spread), want, code, cfg.bwd_data_reduction, f"strided inputs: {cfg.name}")
+
+
+def test_each_plane_is_written_once_then_added_to() -> None:
+    """The ops of a tap that reaches every plane write them, the others add; where no tap
+    reaches every plane, diff_src is zeroed first. Per sample where that takes fewer ops
+    (NCX: the views swap the channel and plane axes), else per plane."""
+    def build(cfg: Config) -> base.Lowering:
+        return lowering.build(_problem(cfg), base.DEPTH_TAPS)
+
+    # k4 s2 p1 over 3 planes: taps 1 and 2 reach all three, 0 and 3 two each; 2 samples
+    whole = Config(src=(3, 2, 2), kernel=(4, 3, 3), strides=(2, 1, 1), pads_begin=(1, 1, 1), pads_end=(1, 1, 1),
+                   n=2, ic=4, oc=4, groups=4, name="whole")
+    low = build(whole)
+    assert [ph.accumulate for ph in low.phases] == [False, False] + [True] * 6
+    assert all(ph.fill is None for ph in low.phases)
+    first = low.phases[0]
+    assert isinstance(first.out, base.View) and first.out.index[0] == 0 and first.out.axes == (1, 0, 2, 3)
+    # k2 s3 p1 over 3 planes: tap 0 reaches planes 1 and 2, tap 1 planes 0 and 1; zeroed,
+    # then added to
+    none = Config(src=(3, 2, 2), kernel=(2, 3, 3), strides=(3, 1, 1), pads_begin=(1, 1, 1), pads_end=(1, 1, 1),
+                  n=4, ic=2, oc=2, groups=2, data_format="NXC", weights_format="XOI", name="none")
+    low = build(none)
+    assert low.phases[0].lowering is None and low.phases[0].fill == ()
+    assert all(ph.accumulate for ph in low.phases[1:])
+    # 4 samples x 2 taps = 8 ops per sample against 2 + 2 planes per plane: per plane
+    assert depth_taps.parts(_problem(none)) == 4 == len(low.phases) - 1
+    assert all(isinstance(ph.out, base.View) and ph.out.axes is None for ph in low.phases[1:])
+
+
+def test_which_problems_have_them() -> None:
+    """A 3-D depthwise BackwardData, in at most MAX_PARTS ops; f32 itself, bf16/f16 in f32
+    (not for a strict op); not the forward, BackwardWeights, 2-D or grouped problems."""
+    cfg = Config(src=(4, 3, 3), kernel=(3, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4, groups=4)
+    assert base.DEPTH_TAPS in lowering.candidates(_problem(cfg))
+    bf16 = _problem(cfg, "bf16")
+    assert base.DEPTH_TAPS + lowering.IN_F32 in lowering.candidates(bf16)
+    assert not any(n.startswith(base.DEPTH_TAPS) for n in lowering.candidates(bf16, native=True))
+    for other in (cfg.with_(ic=8, oc=8), Config(src=(4, 3), kernel=(3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4, groups=4),
+                  cfg.with_(n=depth_taps.MAX_PARTS, src=(depth_taps.MAX_PARTS, 3, 3))):
+        assert not any(n.startswith(base.DEPTH_TAPS) for n in lowering.candidates(_problem(other))), other
+    for op in (FWD, BWD_W):
+        arrays = inputs_of(op, cfg.tensors(np.random.default_rng(0)), cfg)
+        given = arrays + [None] * (3 - len(arrays)) if op == FWD else arrays + [None]
+        assert not depth_taps.fits(op_of(op, cfg)._problem(given, "f32"))
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+def test_the_rule_chooses_them_where_measured(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """On AVX2 (an AMD Zen3, where it was measured) the rules choose the depth taps (in f32
+    for bf16); on other dispatch ISAs this rule leaves the choice to the tables."""
+    cfg = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4, groups=4,
+                 data_format="NXC", weights_format="XOI")
+    p = _problem(cfg, code)
+    name = base.DEPTH_TAPS + ("" if code == "f32" else lowering.IN_F32)
+    monkeypatch.setattr(depth_taps.guards, "dispatch_isa", lambda: "avx2")
+    assert lowering.rule(p) == name
+    monkeypatch.setattr(depth_taps.guards, "dispatch_isa", lambda: "avx512_core_bf16")
+    assert depth_taps.choice(p, lowering.candidates(p)) is None
+
+
+@pytest.mark.usefixtures("taps_everywhere")
+def test_the_native_loop_runs_each_tap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The benchmark's native loop runs every 2-D op of the plan on its windows (the NCX
+    ones swap axes) and says it leaves the sums out."""
+    from onednn_convt.bench import peers, suites
+
+    layer = suites.Layer("t", 2, 4, 4, (3, 2, 2), (4, 3, 3), 2, 1, groups=4)
+    case = suites.Config("test", layer, "bwd_d", "f32", "NCX").build()
+    case.op(*case.args)
+    assert (case.op.lowering or "").startswith(base.DEPTH_TAPS)
+    calls: list[int] = []
+    for plan in case.op.last_plan.plans:
+        if plan is not None:
+            real = plan.compiled
+            monkeypatch.setattr(plan, "compiled", type("Counted", (), {
+                "time_loop": lambda self, a, o, k, real=real: (calls.append(k), real.time_loop(a, o, k))[1]})())
+    run, note = peers.native_runner(case)
+    assert "phases only" in note
+    assert run(3) >= 0.0
+    assert calls == [3] * sum(p is not None for p in case.op.last_plan.plans)
