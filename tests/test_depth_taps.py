@@ -1,6 +1,6 @@
-"""A 3-D depthwise BackwardData as 2-D ops, one per depth tap (onednn_convt.lowering.depth_taps):
-the reference's values over random geometries, layouts and out= arrays, which planes each
-op writes or adds to, and the rule that chooses it."""
+"""A 3-D depthwise call as 2-D ops, one per depth tap (onednn_convt.lowering.depth_taps): the
+reference's values of the three ops over random geometries, layouts and out= arrays, which
+planes each op writes or adds to, and the rule that chooses it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import OPS, Config, assert_close
-from test_lowering_candidates import op_of
+from test_lowering_candidates import call_arrays, op_of
 from test_numerics import inputs_of, reference
 
 from onednn_convt import lowering
@@ -32,6 +32,7 @@ def _random_config(rng: np.random.Generator) -> Config:
     fmt = str(rng.choice(["NCX", "NXC"]))
     return Config(src=src, kernel=kernel, strides=strides, dilations=dilations, pads_begin=pads_begin,
                   pads_end=pads_end, output_padding=output_padding, n=int(rng.integers(1, 4)), ic=channels,
+                  bias=bool(rng.integers(2)),
                   oc=channels, groups=channels, data_format=fmt, weights_format=str(rng.choice(["IOX", "XOI"])),
                   name=f"{fmt} src {src} k {kernel} s {strides} d {dilations} pads {pads_begin}/{pads_end}")
 
@@ -42,9 +43,9 @@ def _nonempty(cfg: Config) -> bool:
         cfg.src, cfg.strides, cfg.pads_begin, cfg.pads_end, cfg.dilations, cfg.kernel, cfg.output_padding))
 
 
-def _problem(cfg: Config, code: str = "f32") -> Any:
-    arrays = inputs_of(BWD_D, cfg.tensors(np.random.default_rng(0), code), cfg)
-    return op_of(BWD_D, cfg)._problem(arrays, code)
+def _problem(cfg: Config, code: str = "f32", op: str = BWD_D) -> Any:
+    arrays = inputs_of(op, cfg.tensors(np.random.default_rng(0), code), cfg)
+    return op_of(op, cfg)._problem(call_arrays(op, cfg, arrays), code)
 
 
 @pytest.fixture
@@ -58,30 +59,37 @@ def taps_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("taps_everywhere")
 @pytest.mark.parametrize("code", ["f32", "bf16"])
-@pytest.mark.parametrize("seed", range(12))
-def test_depth_taps_match_the_reference(seed: int, code: str) -> None:
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("seed", range(8))
+def test_depth_taps_match_the_reference(seed: int, op: str, code: str) -> None:
     """Random geometries (taps that reach every plane or none does, per sample and per
-    plane): a fresh result, an out= full of NaN laid out in Fortran order (every window a
-    view of other strides) and the inputs as every other element of larger arrays."""
+    plane, a forward's bias or none): a fresh result, an out= full of NaN laid out in
+    Fortran order (every window a view of other strides) and the inputs as every other
+    element of larger arrays."""
     rng = np.random.default_rng(seed)
     cfg = _random_config(rng)
-    while not (_nonempty(cfg) and depth_taps.fits(_problem(cfg))):
+    while not (_nonempty(cfg) and depth_taps.fits(_problem(cfg, op=op))):
         cfg = _random_config(rng)
-    arrays = inputs_of(BWD_D, cfg.tensors(rng, code), cfg)
-    want = reference(BWD_D, cfg, arrays)
-    instance = op_of(BWD_D, cfg)
-    got = instance(*arrays)
+    arrays = inputs_of(op, cfg.tensors(rng, code), cfg)
+    given = call_arrays(op, cfg, arrays)
+    want = reference(op, cfg, arrays)
+    reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
+    instance = op_of(op, cfg)
+    got = instance(*given)
     assert (instance.lowering or "").startswith(base.DEPTH_TAPS), instance.lowering
-    assert_close(got, want, code, cfg.bwd_data_reduction, cfg.name)
+    assert_close(got, want, code, reduction, cfg.name)
     out = np.full(got.shape[::-1], np.nan, got.dtype).T
-    assert instance(*arrays, out=out) is out
+    assert instance(*given, out=out) is out
     np.testing.assert_array_equal(np.asarray(out, np.float64), np.asarray(got, np.float64))
     spread = []
-    for a in arrays:
+    for a in given:
+        if a is None or a.ndim < 3:
+            spread.append(a)
+            continue
         big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
         big[..., ::2] = a
         spread.append(big[..., ::2])
-    assert_close(instance(*spread), want, code, cfg.bwd_data_reduction, f"strided inputs: {cfg.name}")
+    assert_close(instance(*spread), want, code, reduction, f"strided inputs: {cfg.name}")
 
 
 def test_each_plane_is_written_once_then_added_to() -> None:
@@ -109,36 +117,63 @@ def test_each_plane_is_written_once_then_added_to() -> None:
     # 4 samples x 2 taps = 8 ops per sample against 2 + 2 planes per plane: per plane
     assert depth_taps.parts(_problem(none)) == 4 == len(low.phases) - 1
     assert all(isinstance(ph.out, base.View) and ph.out.axes is None for ph in low.phases[1:])
+    # the forward: dst filled (the bias, or zeros), every op adds to it
+    low = lowering.build(_problem(whole.with_(bias=True), op=FWD), base.DEPTH_TAPS)
+    assert low.phases[0].lowering is None and low.phases[0].fill == ()
+    assert all(ph.accumulate for ph in low.phases[1:]) and len(low.phases) == 9
+    # BackwardWeights: each tap's first op writes its slice of the weights, the others add;
+    # a tap that reaches no plane (k5 s1 over one plane, pads 1/1: taps 0 and 4) is zeroed
+    low = lowering.build(_problem(whole, op=BWD_W), base.DEPTH_TAPS)
+    assert [ph.accumulate for ph in low.phases] == [False, True] * 4
+    lone = whole.with_(src=(1, 2, 2), kernel=(5, 3, 3), strides=1, pads_begin=(1, 1, 1), pads_end=(1, 1, 1))
+    low = lowering.build(_problem(lone, op=BWD_W), base.DEPTH_TAPS)
+    zeroed = [ph.out for ph in low.phases if ph.lowering is None]
+    assert zeroed == [base.View((slice(None), slice(None), t)) for t in (0, 4)]
+    assert all(ph.fill == ph.out for ph in low.phases if ph.lowering is None)
 
 
 def test_which_problems_have_them() -> None:
-    """A 3-D depthwise BackwardData, in at most MAX_PARTS ops; f32 itself, bf16/f16 in f32
-    (not for a strict op); not the forward, BackwardWeights, 2-D or grouped problems."""
+    """A 3-D depthwise problem of any op, in at most MAX_PARTS ops; f32 itself, bf16/f16 in
+    f32 (not for a strict op); not 2-D or grouped problems."""
     cfg = Config(src=(4, 3, 3), kernel=(3, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4, groups=4)
     assert base.DEPTH_TAPS in lowering.candidates(_problem(cfg))
     bf16 = _problem(cfg, "bf16")
     assert base.DEPTH_TAPS + lowering.IN_F32 in lowering.candidates(bf16)
     assert not any(n.startswith(base.DEPTH_TAPS) for n in lowering.candidates(bf16, native=True))
-    for other in (cfg.with_(ic=8, oc=8), Config(src=(4, 3), kernel=(3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4, groups=4),
+    for other in (cfg.with_(ic=8, oc=8), Config(src=(4, 3), kernel=(3, 3), strides=2, pads_begin=1, pads_end=1, n=2,
+                                                  ic=4, oc=4, groups=4),
                   cfg.with_(n=depth_taps.MAX_PARTS, src=(depth_taps.MAX_PARTS, 3, 3))):
-        assert not any(n.startswith(base.DEPTH_TAPS) for n in lowering.candidates(_problem(other))), other
+        for op in OPS:
+            assert not any(n.startswith(base.DEPTH_TAPS) for n in lowering.candidates(_problem(other, op=op))), other
     for op in (FWD, BWD_W):
-        arrays = inputs_of(op, cfg.tensors(np.random.default_rng(0)), cfg)
-        given = arrays + [None] * (3 - len(arrays)) if op == FWD else arrays + [None]
-        assert not depth_taps.fits(op_of(op, cfg)._problem(given, "f32"))
+        assert base.DEPTH_TAPS in lowering.candidates(_problem(cfg.with_(bias=op == FWD), op=op))
 
 
 @pytest.mark.parametrize("code", ["f32", "bf16"])
 def test_the_rule_chooses_them_where_measured(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
     """On AVX2 (an AMD Zen3, where it was measured) the rules choose the depth taps (in f32
-    for bf16); on other dispatch ISAs this rule leaves the choice to the tables."""
-    cfg = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4, groups=4,
-                 data_format="NXC", weights_format="XOI")
-    p = _problem(cfg, code)
+    for bf16) for every BackwardData, the forward in NXC and in NCX where the depth kernel
+    is longer than its stride, BackwardWeights in NXC with that and 4 src planes or more;
+    on other dispatch ISAs this rule leaves the choice to the tables."""
     name = base.DEPTH_TAPS + ("" if code == "f32" else lowering.IN_F32)
+    overlapping = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4,
+                         groups=4)
+    tiled = overlapping.with_(kernel=(2, 2, 2), pads_begin=(0, 0, 0), pads_end=(0, 0, 0))
+    shallow = overlapping.with_(src=(depth_taps.MIN_WEIGHTS_PLANES - 1, 3, 3))
+    chosen = {
+        (BWD_D, "NCX", "tiled"): True, (BWD_D, "NXC", "tiled"): True,
+        (FWD, "NXC", "tiled"): True, (FWD, "NCX", "overlapping"): True, (FWD, "NCX", "tiled"): False,
+        (BWD_W, "NXC", "overlapping"): True, (BWD_W, "NXC", "tiled"): False,
+        (BWD_W, "NXC", "shallow"): False, (BWD_W, "NCX", "overlapping"): False,
+    }
     monkeypatch.setattr(depth_taps.guards, "dispatch_isa", lambda: "avx2")
-    assert lowering.rule(p) == name
+    for (op, fmt, kind), taps in chosen.items():
+        cfg = {"overlapping": overlapping, "tiled": tiled, "shallow": shallow}[kind]
+        cfg = cfg.with_(data_format=fmt, weights_format="XOI" if fmt == "NXC" else "IOX")
+        p = _problem(cfg, code, op)
+        assert (lowering.rule(p) == name) is taps, (op, fmt, kind, lowering.rule(p))
     monkeypatch.setattr(depth_taps.guards, "dispatch_isa", lambda: "avx512_core_bf16")
+    p = _problem(overlapping, code)
     assert depth_taps.choice(p, lowering.candidates(p)) is None
 
 

@@ -31,10 +31,11 @@ EXTRA = [
     # 1-D depthwise: the lifted form (the 2-D problem of height 1), which the rules choose on AVX2
     Config(src=(9,), kernel=(4,), strides=2, pads_begin=1, pads_end=2, ic=4, oc=4, groups=4, data_format="NXC",
            weights_format="XOI", bias=True, name="1d_depthwise"),
-    # 3-D depthwise: BackwardData's depth taps (2-D ops on plane views), per sample (NCX's
-    # views swap axes) and per plane, with a tap that reaches every plane and without one
+    # 3-D depthwise: the depth taps (2-D ops on plane views), per sample (NCX's views swap
+    # axes) and per plane, with a tap that reaches every plane and without one, a bias
     Config(src=(3, 4, 3), kernel=(4, 3, 2), strides=(2, 1, 2), dilations=(1, 2, 1), pads_begin=(1, 2, 0),
-           pads_end=(2, 0, 1), output_padding=(1, 0, 1), n=2, ic=3, oc=3, groups=3, name="3d_depthwise_per_sample"),
+           pads_end=(2, 0, 1), output_padding=(1, 0, 1), n=2, ic=3, oc=3, groups=3, bias=True,
+           name="3d_depthwise_per_sample"),
     Config(src=(5, 3, 3), kernel=(3, 2, 3), strides=(1, 2, 1), pads_begin=(2, 0, 1), pads_end=(2, 1, 1), n=1,
            ic=4, oc=4, groups=4, data_format="NXC", weights_format="XOI", name="3d_depthwise_nxc"),
     Config(src=(2, 3, 2), kernel=(3, 3, 2), strides=(3, 1, 2), dilations=(2, 1, 1), pads_begin=(3, 1, 0),

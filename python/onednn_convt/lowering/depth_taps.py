@@ -1,25 +1,32 @@
-"""A 3-D depthwise BackwardData as 2-D ones, one per depth tap, on plane views.
+"""A 3-D depthwise call as 2-D ones, one per depth tap, on plane views.
 
 oneDNN 3.2 has no 3-D depthwise kernel: such a call runs its gemm convolution
 (``x64:gemm:jit``) whatever it is lowered to (:attr:`onednn_convt.problem.Problem.gemm_grouped`),
-while its 2-D depthwise calls run ``brdgmm_dw`` (AVX2 and up). BackwardData computes
-diff_src plane ``i`` (depth) as a sum over the depth taps ``t``: the 2-D BackwardData of
-diff_dst's plane ``o = s*i + t*d - pb`` (stride ``s``, dilation ``d``, pads_begin ``pb`` in
-depth) with the weights' tap-``t`` slice (IOX ``w[:, :, t]``, XOI ``w[t]``), the 2-D
-attributes being the 3-D ones' last two dims. For one tap the planes ``i`` it reaches are a
-run ``i0 .. i0 + count`` and their diff_dst planes a run of step ``s``: one 2-D op per sample
-(its batch: those planes; NCX's view swaps the channel and plane axes) or one per plane (its
-batch: the samples), whichever takes fewer ops. Each writes a view of diff_src: the ops of
-one tap that reaches every plane write it, the others add to it (:class:`.base.Phase`; where
-no tap reaches every plane, diff_src is zeroed first). No copies: views of the call's arrays.
+while its 2-D depthwise calls run ``brdgmm_dw`` (AVX2 and up). Along depth, src plane ``i``
+meets dst plane ``o = s*i + t*d - pb`` through tap ``t`` (stride ``s``, dilation ``d``,
+pads_begin ``pb`` in depth), and that pair is a 2-D problem of the op with the weights'
+tap-``t`` slice (IOX ``w[:, :, t]``, XOI ``w[t]``), the 2-D attributes being the 3-D ones'
+last two dims. For one tap the src planes it reaches are a run ``i0 .. i0 + count`` and their
+dst planes a run of step ``s``: one 2-D op per sample (its batch: those planes; NCX's views
+swap the channel and plane axes) or one per plane (its batch: the samples), whichever takes
+fewer ops. Each reads and writes views of the call's arrays (:class:`.base.Phase`), no copies:
 
-Summing parts, it runs in f32 alone (as polyphase BackwardData does). Measured with a
-prototype through the public API on an AMD Zen3 (avx2), 2 threads, f32 NXC, against the
-library op and PyTorch's ``conv3d`` (medians of 15 alternated blocks): 16x128 channels on
-2x2x2, k4 s2 p1, 2.41 ms as the library op, 0.43 by taps, PyTorch 0.21; 8x32 on 10^3 k2 s2
-4.95 against 1.11 (PyTorch 0.57); 1x32 on 16^3 k4 s2 8.15 against 1.13 (0.54); 4x128 on 12^3
-k3 s2 28.1 against 4.9 (3.8). The rules choose it on the dispatch ISAs where it was
-measured (:func:`choice`); the tuner times it for every problem it applies to.
+- BackwardData: each op gives diff_src planes a part; the ops of a tap that reaches every
+  plane write them, the others add (where no tap reaches every plane, diff_src is zeroed
+  first);
+- the forward: dst is filled with the bias (or zeros), and every op adds to its planes;
+- BackwardWeights: each tap's op gives a part of that tap's weights gradient; the first
+  writes it, the others add (a tap that reaches no plane is zero).
+
+Summing parts, it runs in f32 (as polyphase BackwardData does; bf16/f16 as ``"Depth taps in
+f32"``). Measured with a prototype through the public API on an AMD Zen3 (avx2), 2 threads,
+f32 NXC BackwardData, against the library op and PyTorch's ``conv3d`` (medians of 15
+alternated blocks): 16x128 channels on 2x2x2, k4 s2 p1, 2.41 ms as the library op, 0.43 by
+taps, PyTorch 0.21; 8x32 on 10^3 k2 s2 4.95 against 1.11 (PyTorch 0.57); 1x32 on 16^3 k4 s2
+8.15 against 1.13 (0.54); 4x128 on 12^3 k3 s2 28.1 against 4.9 (3.8). The rules choose it
+on the dispatch ISAs where it was measured (:data:`MEASURED_ON`), for the problems where it
+ran faster there (:func:`measured_faster`); the tuner times it for every problem it applies
+to.
 """
 
 from __future__ import annotations
@@ -28,15 +35,19 @@ from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from .. import guards
-from ..problem import BACKWARD_DATA, Geometry, Problem
+from ..problem import BACKWARD_DATA, FORWARD, Geometry, Problem
 from . import base
 from .base import Lowering, Phase, View
 
 #: the most 2-D ops (each a library call) a problem may split into
 MAX_PARTS = 128
 
-#: the dispatch ISAs on which the rules choose it (an AMD Zen3); elsewhere the tuner may
+#: the dispatch ISAs on which the rules choose it where :func:`measured_faster` (an AMD
+#: Zen3); elsewhere the tuner may
 MEASURED_ON = frozenset({"avx2"})
+
+#: the fewest src planes of a BackwardWeights the rules run so (:func:`measured_faster`)
+MIN_WEIGHTS_PLANES = 4
 
 Chooser = Callable[[Problem], Lowering]
 
@@ -66,10 +77,9 @@ def parts(p: Problem) -> int:
 
 
 def fits(p: Problem) -> bool:
-    """Whether ``p`` splits so: a 3-D depthwise BackwardData, in at most :data:`MAX_PARTS`
-    2-D ops."""
-    return (p.op == BACKWARD_DATA and p.rank == 3 and p.groups > 1 and p.depthwise
-            and 0 < parts(p) <= MAX_PARTS)
+    """Whether ``p`` splits so: a 3-D depthwise problem, in at most :data:`MAX_PARTS` 2-D
+    ops."""
+    return p.rank == 3 and p.groups > 1 and p.depthwise and 0 < parts(p) <= MAX_PARTS
 
 
 def applies(p: Problem) -> bool:
@@ -85,17 +95,34 @@ def applies_in_f32(p: Problem) -> bool:
     return p.dtype in ("bf16", "f16") and fits(p)
 
 
+def measured_faster(p: Problem) -> bool:
+    """Where the depth taps ran faster than the rules' other choices (an AMD Zen3, 2
+    threads, f32, the 30 3-D depthwise layers of the random suites, alternated in one
+    process; ``benchmarks/NOTES.md``): every BackwardData (2.99x, min 0.96); the forward in
+    NXC (2.74x, min 1.02) and in NCX where the depth kernel is longer than its stride (NCX
+    with stride >= kernel lost, 0.49-0.88x); BackwardWeights in NXC where the depth kernel is
+    longer than its stride and src has at least :data:`MIN_WEIGHTS_PLANES` planes (a 2-plane
+    layer lost, 0.29x, and tiled ones 0.55-0.92x; NCX mixed, 0.35-11x)."""
+    overlap = p.geometry.strides[0] < p.kernel[0]
+    if p.op == BACKWARD_DATA:
+        return True
+    if p.op == FORWARD:
+        return p.data_format == "NXC" or overlap
+    return p.data_format == "NXC" and overlap and p.src[0] >= MIN_WEIGHTS_PLANES
+
+
 def choice(p: Problem, names: Sequence[str]) -> Optional[str]:
     """The rules' lowering of ``p`` where the depth taps decide it (one of ``names``: the
     lowering, or in f32 that of a bf16/f16 problem), else None: on a dispatch ISA where they
-    were measured (:data:`MEASURED_ON`)."""
-    if guards.dispatch_isa() not in MEASURED_ON:
+    were measured (:data:`MEASURED_ON`), for the problems :func:`measured_faster` says."""
+    if guards.dispatch_isa() not in MEASURED_ON or not measured_faster(p):
         return None
     return next((n for n in names if n.startswith(base.DEPTH_TAPS)), None)
 
 
 def plane_problem(p: Problem, batch: int) -> Problem:
-    """The 2-D BackwardData of one tap over ``batch`` planes or samples."""
+    """The 2-D problem of ``p``'s op for one tap over ``batch`` planes or samples (a
+    forward's without its bias, which fills dst first)."""
     g = p.geometry
     geometry = Geometry(g.strides[1:], g.dilations[1:], g.pads_begin[1:], g.pads_end[1:])
     src, dst, kernel = p.src[1:], p.dst[1:], p.kernel[1:]
@@ -105,9 +132,15 @@ def plane_problem(p: Problem, batch: int) -> Problem:
     def act(c: int, sp: tuple[int, ...]) -> tuple[int, ...]:
         return (batch, c, *sp) if p.data_format == "NCX" else (batch, *sp, c)
 
-    return replace(p, n=batch, src=src, dst=dst, kernel=kernel, geometry=geometry,
-                   output_padding=p.output_padding[1:], input_shapes=(act(p.oc, dst), wshape),
-                   out_shape=act(p.ic, src))
+    shapes: tuple[tuple[int, ...], ...]
+    if p.op == FORWARD:
+        shapes, out = (act(p.ic, src), wshape), act(p.oc, dst)
+    elif p.op == BACKWARD_DATA:
+        shapes, out = (act(p.oc, dst), wshape), act(p.ic, src)
+    else:
+        shapes, out = (act(p.ic, src), act(p.oc, dst)), wshape
+    return replace(p, n=batch, src=src, dst=dst, kernel=kernel, geometry=geometry, bias=False,
+                   output_padding=p.output_padding[1:], input_shapes=shapes, out_shape=out)
 
 
 def build(p: Problem, choose: Chooser) -> Lowering:
@@ -118,8 +151,6 @@ def build(p: Problem, choose: Chooser) -> Lowering:
     ncx = p.data_format == "NCX"
     depth = 2 if ncx else 1  # an activation's depth axis
     s = p.geometry.strides[0]
-    whole = next((r for r in reach if r[2] == p.src[0]), None)  # a tap that reaches every plane
-    ordered = ([whole] if whole else []) + [r for r in reach if r is not whole]
     lowered: dict[int, Lowering] = {}
 
     def lowering_of(batch: int) -> Lowering:
@@ -127,22 +158,39 @@ def build(p: Problem, choose: Chooser) -> Lowering:
             lowered[batch] = choose(plane_problem(p, batch))
         return lowered[batch]
 
-    def taps(t: int) -> View:
+    def tap(t: int) -> View:
+        """The weights' slice of tap ``t``."""
         return View((slice(None), slice(None), t) if p.weights_format == "IOX" else (t,))
 
-    phases = [] if whole else [Phase(None, (), (), ())]  # diff_src zeroed first
-    for t, i0, count, o0 in ordered:
-        write = whole is not None and t == whole[0]
-        planes_in, planes_out = slice(o0, o0 + s * (count - 1) + 1, s), slice(i0, i0 + count)
+    def ops_of(t: int, i0: int, count: int, o0: int) -> list[tuple[int, View, View]]:
+        """Each 2-D op of tap ``t``: (batch, its src planes, its dst planes)."""
         if per_sample:  # batch: the tap's planes of one sample
             swap = (1, 0, 2, 3) if ncx else None
-            for n in range(p.n):
-                dd = View((n, slice(None), planes_in) if ncx else (n, planes_in), swap)
-                ds = View((n, slice(None), planes_out) if ncx else (n, planes_out), swap)
-                phases.append(Phase(lowering_of(count), ((0, dd), (1, taps(t))), ds, None, accumulate=not write))
-        else:  # batch: the samples, one plane
-            for j in range(count):
-                dd = View((slice(None),) * depth + (o0 + s * j,))
-                ds = View((slice(None),) * depth + (i0 + j,))
-                phases.append(Phase(lowering_of(p.n), ((0, dd), (1, taps(t))), ds, None, accumulate=not write))
-    return Lowering(base.DEPTH_TAPS, {}, (0, 1), p.out_shape, name=base.DEPTH_TAPS, phases=tuple(phases))
+            src_planes, dst_planes = slice(i0, i0 + count), slice(o0, o0 + s * (count - 1) + 1, s)
+            return [(count, View((n, slice(None), src_planes) if ncx else (n, src_planes), swap),
+                     View((n, slice(None), dst_planes) if ncx else (n, dst_planes), swap)) for n in range(p.n)]
+        every = (slice(None),) * depth  # batch: the samples, one plane
+        return [(p.n, View(every + (i0 + j,)), View(every + (o0 + s * j,))) for j in range(count)]
+
+    phases: list[Phase] = []
+    if p.op == BACKWARD_DATA:  # diff_src planes: written by a tap that reaches them all, else zeroed
+        whole = next((r for r in reach if r[2] == p.src[0]), None)
+        if whole is None:
+            phases.append(Phase(None, (), (), ()))
+        for r in ([whole] if whole else []) + [r for r in reach if r is not whole]:
+            for batch, src, dst in ops_of(*r):
+                phases.append(Phase(lowering_of(batch), ((0, dst), (1, tap(r[0]))), src, None,
+                                    accumulate=r is not whole))
+    elif p.op == FORWARD:  # dst filled with the bias (or zeros) first, every op adds to it
+        phases.append(Phase(None, (), (), ()))
+        for r in reach:
+            for batch, src, dst in ops_of(*r):
+                phases.append(Phase(lowering_of(batch), ((0, src), (1, tap(r[0]))), dst, None, accumulate=True))
+    else:  # each tap's weights gradient: its first op writes it, the others add (none: zeros)
+        reached = {r[0] for r in reach}
+        phases += [Phase(None, (), tap(t), tap(t)) for t in range(p.kernel[0]) if t not in reached]
+        for r in reach:
+            for k, (batch, src, dst) in enumerate(ops_of(*r)):
+                phases.append(Phase(lowering_of(batch), ((0, src), (1, dst)), tap(r[0]), None, accumulate=k > 0))
+    return Lowering(base.DEPTH_TAPS, {}, tuple(range(len(p.input_shapes))), p.out_shape, name=base.DEPTH_TAPS,
+                    phases=tuple(phases))
