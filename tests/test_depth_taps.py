@@ -197,3 +197,24 @@ def test_the_native_loop_runs_each_tap(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "phases only" in note
     assert run(3) >= 0.0
     assert calls == [3] * sum(p is not None for p in case.op.last_plan.plans)
+
+
+@pytest.mark.usefixtures("taps_everywhere")
+@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
+def test_constant_weights_take_each_taps_own_slice(fmt: str) -> None:
+    """With the weights bound as constant, every tap's 2-D op reads its own slice of them
+    (the ops share a signature, each compiles its own constant copy): the forward with a
+    bias and BackwardData give the reference's values, call after call; the description
+    counts the 2-D ops, not the fill."""
+    cfg = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4, groups=4,
+                 bias=True, data_format=fmt, weights_format="IOX" if fmt == "NCX" else "XOI")
+    rng = np.random.default_rng(3)
+    for op in (FWD, BWD_D):
+        arrays = inputs_of(op, cfg.tensors(rng), cfg)
+        want = reference(op, cfg, arrays)
+        bound = op_of(op, cfg).with_constant_weights(arrays[1])
+        rest = [arrays[0]] + arrays[2:]
+        for _ in range(3):
+            assert_close(bound(*rest), want, "f32", cfg.fwd_reduction if op == FWD else cfg.bwd_data_reduction, op)
+        ops = sum(p is not None for p in bound.op.last_plan.plans)
+        assert f"({ops} 2-D ops:" in (bound.op.lowering or ""), bound.op.lowering

@@ -62,8 +62,11 @@ class Op:
             kinds = sorted({p.lowering.kind + ("+bias (core)" if p.lowering.host_bias is not None else "")
                             + (" " + _wrapper_note(p.lowering.name)).rstrip() for p in plan.plans if p is not None})
             parts = {lowering.base.PER_GROUP: "groups", lowering.base.DEPTH_TAPS: "2-D ops"}.get(low.kind, "phases, stride 1")
+            # a depth-taps lowering's fills (zeros, the bias) are no ops of its own
+            count = sum(p.lowering is not None for p in low.phases) if low.kind == lowering.base.DEPTH_TAPS \
+                else len(low.phases)
             text = (f"{low.kind}{'+BiasAdd' if staged and plan.bias_axis is not None else ''} "
-                    f"({len(low.phases)} {parts}: {', '.join(kinds) or 'the bias alone'})")
+                    f"({count} {parts}: {', '.join(kinds) or 'the bias alone'})")
         else:
             text = str(low.kind) + ("+BiasAdd: 2 partitions" if staged else "")
             text += "+bias (core)" if getattr(low, "host_bias", None) is not None else ""

@@ -53,15 +53,16 @@ Chooser = Callable[[Problem], Lowering]
 
 
 def _reach(p: Problem) -> list[tuple[int, int, int, int]]:
-    """Per depth tap that reaches diff_dst: (tap, first plane ``i0``, planes ``count``, the
-    first diff_dst plane)."""
+    """Per depth tap that reaches dst: (tap, its first src plane ``i0``, how many src planes
+    it reaches, the first one's dst plane)."""
     g = p.geometry
     s, d, pb = g.strides[0], g.dilations[0], g.pads_begin[0]
     out = []
     for t in range(p.kernel[0]):
-        planes = [i for i in range(p.src[0]) if 0 <= s * i + t * d - pb < p.dst[0]]
-        if planes:
-            out.append((t, planes[0], len(planes), s * planes[0] + t * d - pb))
+        first = max(0, -((t * d - pb) // s))  # the least i with s*i + t*d - pb >= 0
+        last = min(p.src[0] - 1, (p.dst[0] - 1 - t * d + pb) // s)  # the greatest inside dst
+        if last >= first:
+            out.append((t, first, last - first + 1, s * first + t * d - pb))
     return out
 
 
