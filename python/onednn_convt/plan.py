@@ -186,24 +186,24 @@ class PhasedPlan:
         result = memory.empty(self.lowering.out_shape, compute) if out is None else out
         bias = arrays[2] if self.bias_axis is not None else None
         after = bias is not None and self.lowering.bias_stage
-        for phase, plan in zip(self.lowering.phases, self.plans):
-            if phase.fill is not None:
-                view = base.window(result, phase.fill)
-                if bias is not None and not after:
-                    view[...] = np.reshape(bias, self._bias_shape(result))
-                else:
-                    view[...] = 0
-            if plan is None:
-                continue
-            args = phase.args(arrays)
-            view = base.window(result, phase.out)
-            if phase.accumulate:  # IEEE sums, as the library's kernels make them (Inf - Inf: NaN)
-                with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):  # parts summed as IEEE sums (Inf - Inf: NaN)
+            for phase, plan in zip(self.lowering.phases, self.plans):
+                if phase.fill is not None:
+                    view = base.window(result, phase.fill)
+                    if bias is not None and not after:
+                        view[...] = np.reshape(bias, self._bias_shape(result))
+                    else:
+                        view[...] = 0
+                if plan is None:
+                    continue
+                args = phase.args(arrays)
+                view = base.window(result, phase.out)
+                if phase.accumulate:
                     np.add(view, plan.run(args, None, guarded), out=view)
-            elif strides_.nested(view):
-                plan.run(args, view, guarded)
-            else:  # oneDNN refuses strides that do not nest (a weights phase): written here
-                np.copyto(view, plan.run(args, None, guarded))
+                elif strides_.nested(view):
+                    plan.run(args, view, guarded)
+                else:  # oneDNN refuses strides that do not nest (a weights phase): written here
+                    np.copyto(view, plan.run(args, None, guarded))
         if after and bias is not None:
             if self.bias_add is not None and result.flags.c_contiguous:
                 self.bias_add.execute([result, _aligned_copy(bias)], result)  # in place: elementwise
