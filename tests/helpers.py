@@ -234,6 +234,18 @@ class Config:
 Chooser = Callable[[str, Sequence[Any]], Any]
 
 
+def strided(a: np.ndarray) -> np.ndarray:
+    """The same values as every other element of a twice-as-long last axis (other strides)."""
+    big = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)
+    big[..., ::2] = a
+    return big[..., ::2]
+
+
+def spread(arrays: Sequence[Any]) -> list[Any]:
+    """A call's arrays of three or more dims :func:`strided`; the others (a bias, None) as given."""
+    return [a if a is None or a.ndim < 3 else strided(a) for a in arrays]
+
+
 def build_config(choose: Chooser, rank: int | None = None, max_tries: int = 20) -> Config:
     """A random valid :class:`Config`, every choice made through ``choose(name, options)``.
 

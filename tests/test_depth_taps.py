@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import OPS, Config, assert_close
+from helpers import OPS, Config, assert_close, spread
 from test_lowering_candidates import call_arrays, op_of
 from test_numerics import inputs_of, reference
 
@@ -81,15 +81,7 @@ def test_depth_taps_match_the_reference(seed: int, op: str, code: str) -> None:
     out = np.full(got.shape[::-1], np.nan, got.dtype).T
     assert instance(*given, out=out) is out
     np.testing.assert_array_equal(np.asarray(out, np.float64), np.asarray(got, np.float64))
-    spread = []
-    for a in given:
-        if a is None or a.ndim < 3:
-            spread.append(a)
-            continue
-        big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
-        big[..., ::2] = a
-        spread.append(big[..., ::2])
-    assert_close(instance(*spread), want, code, reduction, f"strided inputs: {cfg.name}")
+    assert_close(instance(*spread(given)), want, code, reduction, f"strided inputs: {cfg.name}")
 
 
 def test_each_plane_is_written_once_then_added_to() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import OPS, Config, assert_close
+from helpers import OPS, Config, assert_close, spread
 from test_lowering_candidates import call_arrays, op_of
 from test_numerics import inputs_of, reference
 
@@ -66,15 +66,7 @@ def test_lifted_matches_the_reference(cfg: Config, op: str, code: str) -> None:
     assert instance(*given, out=wide[..., ::2]) is not None
     np.testing.assert_array_equal(np.asarray(wide[..., ::2], np.float64), np.asarray(got, np.float64))
     # the arrays as every other element of larger ones: other strides, another signature
-    spread = []
-    for a in given:
-        if a is None or a.ndim < 3:
-            spread.append(a)
-            continue
-        big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
-        big[..., ::2] = a
-        spread.append(big[..., ::2])
-    again = instance(*spread)
+    again = instance(*spread(given))
     assert_close(again, want, code, _reduction(op, cfg), f"strided views: {cfg}")
 
 

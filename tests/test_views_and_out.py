@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 import onednn_convt as oc
 import pytest
-from helpers import OPS, Config, assert_close
+from helpers import OPS, Config, assert_close, strided
 
 CFG = Config(src=(5, 4), kernel=(3, 2), n=2, ic=4, oc=6, groups=2, strides=(2, 1), dilations=(1, 2),
              pads_begin=(1, 0), pads_end=(0, 1), output_padding=(1, 0), data_format="NXC", weights_format="XOI",
@@ -36,13 +36,6 @@ def reference(op: str, arrays: list[np.ndarray]) -> tuple[np.ndarray, int]:
 
 
 # -- views of the same values -----------------------------------------------------------
-def strided(a: np.ndarray) -> np.ndarray:
-    """Every other element of a twice-as-long last axis."""
-    big = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)
-    big[..., ::2] = a
-    return big[..., ::2]
-
-
 def transposed(a: np.ndarray) -> np.ndarray:
     """The same logical array stored in reversed axis order (Fortran order)."""
     return np.asfortranarray(a)
