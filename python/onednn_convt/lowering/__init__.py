@@ -12,8 +12,9 @@ package does the rest:
   (:mod:`.per_group`: an ungrouped op per group on channel slices), for the tuner; a bf16/f16 one also has it in f32
   (``"Polyphase in f32"``: the inputs converted once, the f32 phases, the result rounded
   once), the polyphase form there is where the CPU has no native kernels for the dtype;
-  a 3-D depthwise f32 BackwardData its depth taps (:mod:`.depth_taps`: 2-D ops on plane
-  views, summed), which the rules choose where that was measured;
+  a 3-D depthwise one its depth taps (:mod:`.depth_taps`: 2-D ops on plane views, summed;
+  ``"Depth taps in f32"`` for bf16/f16), which the rules choose where they were measured
+  faster;
 - an NCX problem also has its channels-last form (:mod:`.channels_last`: the NXC problem's
   library op between reorders of the activations), the NXC op chosen by the rules;
 - a bf16/f16 problem also has each library op computed in f32 (``"<name> in f32"``: the

@@ -157,7 +157,8 @@ class Phase:
         out: the :data:`Window` of the result the op writes.
         fill: where the result is filled first (a forward's bias, or zeros; None: nowhere).
         accumulate: add the op's result to its window of the result instead of writing it
-            (BackwardData's phases after the first).
+            (polyphase BackwardData's phases after the first; the depth taps' parts that
+            another part wrote first).
     """
 
     lowering: Optional[Lowering]
@@ -194,5 +195,5 @@ PER_GROUP = "Per group"
 CHANNELS_LAST = "Channels-last"
 #: a 1-D call run as its 2-D problem of height 1 (:mod:`.lifted`)
 LIFTED = "Lifted to 2-D"
-#: a 3-D depthwise BackwardData as 2-D ones, one per depth tap (:mod:`.depth_taps`)
+#: a 3-D depthwise call as 2-D ones, one per depth tap (:mod:`.depth_taps`)
 DEPTH_TAPS = "Depth taps"
