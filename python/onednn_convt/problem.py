@@ -13,7 +13,7 @@ channel count, ``oc`` the dst (= diff_dst) one, ``src``/``dst`` their spatial si
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 FORWARD = "ConvTranspose"
@@ -194,6 +194,24 @@ class Problem:
         """The weights' shape in ``weights_format``: (IC, O, X...) or (X..., O, IC)."""
         o = self.oc // self.groups
         return (self.ic, o, *self.kernel) if self.weights_format == "IOX" else (*self.kernel, o, self.ic)
+
+    def activation_shape(self, channels: int, spatial: Sequence[int]) -> tuple[int, ...]:
+        """An activation of ``channels`` over ``spatial`` in ``data_format``: (N, C, X...) or
+        (N, X..., C)."""
+        return (self.n, channels, *spatial) if self.data_format == "NCX" else (self.n, *spatial, channels)
+
+    def with_call_shapes(self) -> Problem:
+        """This problem with ``input_shapes`` and ``out_shape`` those its other fields say
+        (a part of a lowering made of several: a group, a phase, a depth tap's 2-D op)."""
+        src, dst = self.activation_shape(self.ic, self.src), self.activation_shape(self.oc, self.dst)
+        inputs: tuple[tuple[int, ...], ...]
+        if self.op == FORWARD:
+            inputs, out = (src, self.weights_shape) + (((self.oc,),) if self.bias else ()), dst
+        elif self.op == BACKWARD_DATA:
+            inputs, out = (dst, self.weights_shape), src
+        else:
+            inputs, out = (src, dst), self.weights_shape
+        return replace(self, input_shapes=inputs, out_shape=out)
 
     @property
     def convolution_weights_format(self) -> str:

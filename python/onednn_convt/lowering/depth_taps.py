@@ -126,22 +126,8 @@ def plane_problem(p: Problem, batch: int) -> Problem:
     forward's without its bias, which fills dst first)."""
     g = p.geometry
     geometry = Geometry(g.strides[1:], g.dilations[1:], g.pads_begin[1:], g.pads_end[1:])
-    src, dst, kernel = p.src[1:], p.dst[1:], p.kernel[1:]
-    o = p.oc // p.groups
-    wshape = (p.ic, o, *kernel) if p.weights_format == "IOX" else (*kernel, o, p.ic)
-
-    def act(c: int, sp: tuple[int, ...]) -> tuple[int, ...]:
-        return (batch, c, *sp) if p.data_format == "NCX" else (batch, *sp, c)
-
-    shapes: tuple[tuple[int, ...], ...]
-    if p.op == FORWARD:
-        shapes, out = (act(p.ic, src), wshape), act(p.oc, dst)
-    elif p.op == BACKWARD_DATA:
-        shapes, out = (act(p.oc, dst), wshape), act(p.ic, src)
-    else:
-        shapes, out = (act(p.ic, src), act(p.oc, dst)), wshape
-    return replace(p, n=batch, src=src, dst=dst, kernel=kernel, geometry=geometry, bias=False,
-                   output_padding=p.output_padding[1:], input_shapes=shapes, out_shape=out)
+    return replace(p, n=batch, src=p.src[1:], dst=p.dst[1:], kernel=p.kernel[1:], geometry=geometry, bias=False,
+                   output_padding=p.output_padding[1:]).with_call_shapes()
 
 
 def build(p: Problem, choose: Chooser) -> Lowering:

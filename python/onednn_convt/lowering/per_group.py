@@ -44,20 +44,7 @@ def applies(p: Problem) -> bool:
 
 def sub_problem(p: Problem) -> Problem:
     """The ungrouped problem of one group."""
-    icg, ocg = p.ic // p.groups, p.oc // p.groups
-    wshape = (icg, ocg, *p.kernel) if p.weights_format == "IOX" else (*p.kernel, ocg, icg)
-
-    def act(c: int, sp: tuple[int, ...]) -> tuple[int, ...]:
-        return (p.n, c, *sp) if p.data_format == "NCX" else (p.n, *sp, c)
-
-    if p.op == FORWARD:
-        shapes: tuple[tuple[int, ...], ...] = (act(icg, p.src), wshape) + (((ocg,),) if p.bias else ())
-        out = act(ocg, p.dst)
-    elif p.op == BACKWARD_DATA:
-        shapes, out = (act(ocg, p.dst), wshape), act(icg, p.src)
-    else:
-        shapes, out = (act(icg, p.src), act(ocg, p.dst)), wshape
-    return replace(p, groups=1, ic=icg, oc=ocg, input_shapes=shapes, out_shape=out)
+    return replace(p, groups=1, ic=p.ic // p.groups, oc=p.oc // p.groups).with_call_shapes()
 
 
 def build(p: Problem, choose: Chooser) -> Lowering:

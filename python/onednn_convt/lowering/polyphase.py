@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Geometry, Problem
@@ -133,24 +133,9 @@ def applies_in_f32(p: Problem) -> bool:
 def _sub_problem(p: Problem, dims: Sequence[DimPhase], op: str, bias: bool = False) -> Problem:
     """The stride-1 problem of one phase (reach outputs per dim)."""
     n_dims = len(dims)
-    kernel = tuple(d.taps for d in dims)
-    src, dst = p.src, tuple(d.reach for d in dims)
     geometry = Geometry((1,) * n_dims, (1,) * n_dims, tuple(d.pads_begin for d in dims), tuple(d.pads_end for d in dims))
-    o = p.oc // p.groups
-    wshape = (p.ic, o, *kernel) if p.weights_format == "IOX" else (*kernel, o, p.ic)
-
-    def act(c: int, sp: Sequence[int]) -> tuple[int, ...]:
-        return (p.n, c, *sp) if p.data_format == "NCX" else (p.n, *sp, c)
-
-    if op == FORWARD:
-        shapes = (act(p.ic, src), wshape) + ((p.oc,),) if bias else (act(p.ic, src), wshape)
-        out = act(p.oc, dst)
-    elif op == BACKWARD_DATA:
-        shapes, out = (act(p.oc, dst), wshape), act(p.ic, src)
-    else:
-        shapes, out = (act(p.ic, src), act(p.oc, dst)), wshape
-    return Problem(op, p.dtype, p.data_format, p.weights_format, p.groups, p.n, p.ic, p.oc, src, dst, kernel,
-                   geometry, (0,) * n_dims, bias and op == FORWARD, shapes, out)
+    return replace(p, op=op, dst=tuple(d.reach for d in dims), kernel=tuple(d.taps for d in dims), geometry=geometry,
+                   output_padding=(0,) * n_dims, bias=bias and op == FORWARD).with_call_shapes()
 
 
 def _spatial_axes(p: Problem, tensor: str) -> list[int]:
