@@ -3,7 +3,8 @@
 Usage::
 
     python benchmarks/lowering_ab.py --without "Lifted to 2-D" \\
-        --layers-json benchmarks/random_layers_1d_depthwise.json --dtypes f32,bf16 [--json out.json]
+        --layers-json benchmarks/random_layers_1d_depthwise.json --dtypes f32,bf16 [--json out.json] \\
+        [--everywhere]
 
 For each configuration (layer, op, dtype, data format; weights IOX with NCX, XOI with NXC)
 two op objects are made: one whose lowering the rules choose as they do today ("new"), one
@@ -29,7 +30,8 @@ import ml_dtypes
 import numpy as np
 
 import onednn_convt as oc
-from onednn_convt import lowering
+from onednn_convt import cpu, lowering
+from onednn_convt.lowering import depth_taps, lifted, rules
 
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 OPS = ("fwd", "bwd_d", "bwd_w")
@@ -84,7 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="f32")
     parser.add_argument("--formats", default="NCX,NXC")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--everywhere", action="store_true",
+                        help="the rules measured apart from the tables (lifted, depth taps) take their lowering for "
+                             "every problem it fits on this CPU: to measure where this CPU's rule should take it")
     args = parser.parse_args(argv)
+    if args.everywhere:
+        here = rules.this_cpu()
+        for module in (lifted, depth_taps):
+            module.MEASURED_ON = {**module.MEASURED_ON, here: lambda p: True}
     layers = json.loads(args.layers_json.read_text(encoding="utf-8"))
     if args.layers:
         wanted = set(args.layers.split(","))
@@ -131,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(ratios)} configurations: old/new geometric mean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}, "
               f"min {min(ratios):.2f}, max {max(ratios):.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"without": args.without, "rows": rows}, indent=1), encoding="utf-8")
+        record = {"without": args.without, "everywhere": args.everywhere, "cpu": cpu.detect().name, "rows": rows}
+        args.json.write_text(json.dumps(record, indent=1), encoding="utf-8")
     return 0
 
 

@@ -47,8 +47,10 @@ def hand_rules(monkeypatch):
     tests/test_lowering_candidates.py, and the table itself by tests/test_rules_table.py."""
     from onednn_convt.lowering import depth_taps, lifted, rules_table
 
-    monkeypatch.setattr(lifted, "MEASURED_ON", frozenset())  # measured too: the lifted form's rule
-    monkeypatch.setattr(depth_taps, "MEASURED_ON", frozenset())  # and the depth taps' rule
+    monkeypatch.setattr(lifted, "MEASURED_ON", {})  # measured too: the lifted form's rules
+    monkeypatch.setattr(lifted, "ELSEWHERE", None)
+    monkeypatch.setattr(depth_taps, "MEASURED_ON", {})  # and the depth taps' rules
+    monkeypatch.setattr(depth_taps, "ELSEWHERE", None)
     monkeypatch.setattr(rules_table, "TABLES", {})
     monkeypatch.setattr(rules_table, "DEFAULT", None)
     monkeypatch.setattr(rules_table, "_use_shipped_default", False)

@@ -234,6 +234,15 @@ class Config:
 Chooser = Callable[[str, Sequence[Any]], Any]
 
 
+def as_if_on(monkeypatch: Any, arch: str, isa: str) -> None:
+    """Make the rules key this process's CPU as ``arch`` at dispatch ISA class ``isa``
+    (:func:`onednn_convt.lowering.rules.this_cpu`): the tables and the rules measured apart
+    from them (lifted, depth taps) then choose as they would there."""
+    from onednn_convt.lowering import rules
+
+    monkeypatch.setattr(rules, "this_cpu", lambda: (arch, isa))
+
+
 def strided(a: np.ndarray) -> np.ndarray:
     """The same values as every other element of a twice-as-long last axis (other strides)."""
     big = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)

@@ -8,12 +8,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import OPS, Config, assert_close, build_config, spread
+from helpers import OPS, Config, as_if_on, assert_close, build_config, spread
 from test_lowering_candidates import call_arrays, op_of
 from test_numerics import inputs_of, reference
 
 from onednn_convt import lowering
 from onednn_convt.lowering import base, depth_taps
+
+#: the shipped rules, kept before the tests' fixture (conftest.hand_rules) takes them out
+MEASURED_ON, ELSEWHERE = dict(depth_taps.MEASURED_ON), depth_taps.ELSEWHERE
 
 FWD, BWD_D, BWD_W = OPS
 
@@ -122,32 +125,67 @@ def test_which_problems_have_them() -> None:
         assert base.DEPTH_TAPS in lowering.candidates(_problem(cfg.with_(bias=op == FWD), op=op))
 
 
-@pytest.mark.parametrize("code", ["f32", "bf16"])
-def test_the_rule_chooses_them_where_measured(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
-    """On AVX2 (an AMD Zen3, where it was measured) the rules choose the depth taps (in f32
-    for bf16) for every BackwardData, the forward in NXC and in NCX where the depth kernel
-    is longer than its stride, BackwardWeights in NXC with that and 4 src planes or more;
-    on other dispatch ISAs this rule leaves the choice to the tables."""
-    name = base.DEPTH_TAPS + ("" if code == "f32" else lowering.IN_F32)
-    overlapping = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4,
-                         groups=4)
-    tiled = overlapping.with_(kernel=(2, 2, 2), pads_begin=(0, 0, 0), pads_end=(0, 0, 0))
-    shallow = overlapping.with_(src=(depth_taps.MIN_WEIGHTS_PLANES - 1, 3, 3))
-    chosen = {
+#: (op, data format, kind of layer) -> whether the rules take the depth taps, per CPU; the
+#: kinds: "overlapping" (depth kernel 4, stride 2), "tiled" (kernel 2, stride 2), "shallow"
+#: (overlapping, fewer src planes than MIN_WEIGHTS_PLANES), "stride1" (kernel 3, stride 1),
+#: "k3s2" (kernel 3, stride 2); each CPU's docstring says why
+RULES = {
+    ("zen3", "avx2"): {
         (BWD_D, "NCX", "tiled"): True, (BWD_D, "NXC", "tiled"): True,
         (FWD, "NXC", "tiled"): True, (FWD, "NCX", "overlapping"): True, (FWD, "NCX", "tiled"): False,
         (BWD_W, "NXC", "overlapping"): True, (BWD_W, "NXC", "tiled"): False,
         (BWD_W, "NXC", "shallow"): False, (BWD_W, "NCX", "overlapping"): False,
+    },
+    ("zen4", "avx512_core_bf16"): {
+        (BWD_D, "NCX", "tiled"): False, (BWD_D, "NCX", "overlapping"): True, (BWD_D, "NXC", "tiled"): True,
+        (FWD, "NCX", "stride1"): True, (FWD, "NCX", "k3s2"): False,
+        (BWD_W, "NXC", "overlapping"): True, (BWD_W, "NXC", "shallow"): True, (BWD_W, "NXC", "tiled"): False,
+        (BWD_W, "NCX", "stride1"): False,
+    },
+    ("zen5", "avx512_core_bf16"): {  # not measured there: where they won on both
+        (BWD_D, "NCX", "tiled"): False, (BWD_D, "NCX", "overlapping"): True, (BWD_D, "NXC", "tiled"): True,
+        (FWD, "NCX", "stride1"): True, (FWD, "NXC", "stride1"): True, (FWD, "NXC", "overlapping"): False,
+        (FWD, "NXC", "tiled"): False,
+        (BWD_W, "NXC", "overlapping"): True, (BWD_W, "NXC", "shallow"): False, (BWD_W, "NCX", "stride1"): False,
+    },
+}
+
+
+@pytest.mark.parametrize("machine", sorted(RULES))
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+def test_the_rules_choose_them_where_they_ran_faster(monkeypatch: pytest.MonkeyPatch, code: str,
+                                                     machine: tuple[str, str]) -> None:
+    """Each CPU where they were measured has its rule (:data:`depth_taps.MEASURED_ON`, keyed
+    by microarchitecture and dispatch ISA class as the tables are), and another CPU takes
+    them where they won on every one of those (``depth_taps.faster_everywhere``); a bf16
+    problem takes them in f32."""
+    monkeypatch.setattr(depth_taps, "MEASURED_ON", dict(MEASURED_ON))
+    monkeypatch.setattr(depth_taps, "ELSEWHERE", ELSEWHERE)
+    as_if_on(monkeypatch, *machine)
+    name = base.DEPTH_TAPS + ("" if code == "f32" else lowering.IN_F32)
+    overlapping = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4,
+                         groups=4)
+    kinds = {
+        "overlapping": overlapping,
+        "tiled": overlapping.with_(kernel=(2, 2, 2), pads_begin=(0, 0, 0), pads_end=(0, 0, 0)),
+        "shallow": overlapping.with_(src=(depth_taps.MIN_WEIGHTS_PLANES - 1, 3, 3)),
+        "stride1": overlapping.with_(kernel=(3, 3, 3), strides=1),
+        "k3s2": overlapping.with_(kernel=(3, 3, 3)),
     }
-    monkeypatch.setattr(depth_taps.guards, "dispatch_isa", lambda: "avx2")
-    for (op, fmt, kind), taps in chosen.items():
-        cfg = {"overlapping": overlapping, "tiled": tiled, "shallow": shallow}[kind]
-        cfg = cfg.with_(data_format=fmt, weights_format="XOI" if fmt == "NXC" else "IOX")
+    for (op, fmt, kind), taps in RULES[machine].items():
+        cfg = kinds[kind].with_(data_format=fmt, weights_format="XOI" if fmt == "NXC" else "IOX")
         p = _problem(cfg, code, op)
         assert (lowering.rule(p) == name) is taps, (op, fmt, kind, lowering.rule(p))
-    monkeypatch.setattr(depth_taps.guards, "dispatch_isa", lambda: "avx512_core_bf16")
-    p = _problem(overlapping, code)
-    assert depth_taps.choice(p, lowering.candidates(p)) is None
+
+
+def test_a_bf16_forward_follows_the_zen4s_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the Zen4 a strided bf16 forward takes them where the depth kernel is a multiple of
+    its stride (the library's native bf16 op is slow there), in either format; f32 in NXC."""
+    cfg = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4, groups=4)
+    for code, fmt, kernel, taps in [("bf16", "NCX", 4, True), ("bf16", "NXC", 3, False), ("f32", "NCX", 4, False),
+                                    ("f32", "NXC", 3, True)]:
+        one = cfg.with_(kernel=(kernel, 3, 3), data_format=fmt, weights_format="XOI" if fmt == "NXC" else "IOX")
+        assert depth_taps.faster_on_zen4(_problem(one, code, FWD)) is taps, (code, fmt, kernel)
 
 
 @pytest.mark.usefixtures("taps_everywhere")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import OPS, Config, assert_close, spread
+from helpers import OPS, Config, as_if_on, assert_close, spread
 from test_lowering_candidates import call_arrays, op_of
 from test_numerics import inputs_of, reference
 
@@ -120,27 +120,54 @@ def _problem(op: str, cfg: Config, code: str = "f32") -> Any:
     return op_of(op, cfg)._problem(call_arrays(op, cfg, arrays), code)
 
 
-@pytest.mark.parametrize("code", ["f32", "bf16"])
-def test_the_rule_lifts_1d_depthwise_problems_where_measured(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
-    """On AVX2 (where it was measured): the forward and BackwardData lifted, and a
-    BackwardWeights too unless its kernel is longer than its stride > 1, which runs its
-    polyphase lowering with lifted phases; on other ISAs, and for other problems, the tables
-    choose."""
-    monkeypatch.setattr(lifted.guards, "dispatch_isa", lambda: "avx2")
+#: the shipped rules, kept before the tests' fixture (conftest.hand_rules) takes them out
+MEASURED_ON, ELSEWHERE = dict(lifted.MEASURED_ON), lifted.ELSEWHERE
+
+LIFTS, PHASES = "lifted", "polyphase with lifted phases"
+#: (CPU key, dtype) -> (op, kind of layer) -> what the rules do with a 1-D depthwise problem
+#: (None: they leave it to the tables); kinds: "overlapping" (k4 s2, NCX), "tiled" (k2 s2,
+#: NCX), "nxc" (k5 s3), "stride1" (k3 s1, NCX); each CPU's docstring in lifted.py says why
+ZEN3 = {(FWD, "overlapping"): LIFTS, (BWD_D, "overlapping"): LIFTS, (BWD_W, "overlapping"): PHASES,
+        (BWD_W, "tiled"): LIFTS, (BWD_D, "tiled"): LIFTS, (FWD, "stride1"): LIFTS}
+ZEN4_F32 = {**ZEN3, (BWD_D, "tiled"): None}
+ZEN4_BF16 = {(FWD, "overlapping"): None, (FWD, "stride1"): LIFTS, (BWD_D, "overlapping"): LIFTS,
+             (BWD_D, "tiled"): None, (BWD_D, "nxc"): LIFTS, (BWD_W, "overlapping"): None,
+             (BWD_W, "nxc"): PHASES, (BWD_W, "tiled"): None, (BWD_W, "stride1"): None}
+RULES = {
+    (("zen3", "avx2"), "f32"): ZEN3, (("zen3", "avx2"), "bf16"): ZEN3,
+    (("zen4", "avx512_core_bf16"), "f32"): ZEN4_F32, (("zen4", "avx512_core_bf16"), "bf16"): ZEN4_BF16,
+    # not measured there: where it won on both
+    (("zen5", "avx512_core_bf16"), "f32"): ZEN4_F32, (("zen5", "avx512_core_bf16"), "bf16"): ZEN4_BF16,
+}
+
+
+@pytest.mark.parametrize("machine,code", sorted(RULES))
+def test_the_rules_lift_1d_depthwise_problems_where_they_ran_faster(monkeypatch: pytest.MonkeyPatch,
+                                                                    machine: tuple[str, str], code: str) -> None:
+    """Each CPU where it was measured has its rule (:data:`lifted.MEASURED_ON`), another CPU
+    lifts where it won on all of them; a BackwardWeights whose kernel is longer than its
+    stride > 1 runs its polyphase lowering with lifted phases; other problems, and problems
+    the rule leaves, go to the tables."""
+    monkeypatch.setattr(lifted, "MEASURED_ON", dict(MEASURED_ON))
+    monkeypatch.setattr(lifted, "ELSEWHERE", ELSEWHERE)
+    as_if_on(monkeypatch, *machine)
     depthwise = CASES[0].with_(bias=False, dilations=1, output_padding=0)  # polyphase takes no dilation
-    for op in (FWD, BWD_D):
-        assert lowering.rule(_problem(op, depthwise, code)) == base.LIFTED
-    weights = _problem(BWD_W, depthwise, code)
-    assert lowering.rule(weights).startswith(base.POLYPHASE)
-    low = lowering.build(weights, lowering.rule(weights))
-    assert low.phases and all(ph.lowering is None or ph.lowering.name == base.LIFTED for ph in low.phases)
-    tiled = depthwise.with_(kernel=(2,))
-    assert lowering.rule(_problem(BWD_W, tiled, code)) == base.LIFTED
+    kinds = {"overlapping": depthwise, "tiled": depthwise.with_(kernel=(2,), pads_begin=0, pads_end=0),
+             "nxc": CASES[1].with_(bias=False), "stride1": depthwise.with_(kernel=(3,), strides=1)}
+    for (op, kind), want in RULES[machine, code].items():
+        p = _problem(op, kinds[kind], code)
+        chosen = lowering.rule(p)
+        if want == LIFTS:
+            assert chosen == base.LIFTED, (op, kind, chosen)
+        elif want == PHASES:
+            assert chosen.startswith(base.POLYPHASE), (op, kind, chosen)
+            low = lowering.build(p, chosen)
+            assert low.phases and all(ph.lowering is None or ph.lowering.name == base.LIFTED for ph in low.phases)
+        else:
+            assert lifted.choice(p, lowering.candidates(p)) is None, (op, kind)
     for other in (CASES[2], CASES[3]):
         assert lifted.choice(_problem(FWD, other, code), [base.LIFTED]) is None
     assert lifted.choice(_problem(FWD, depthwise, code), [base.CONV_TRANSPOSE]) is None
-    monkeypatch.setattr(lifted.guards, "dispatch_isa", lambda: "avx512_core_bf16")
-    assert lifted.choice(_problem(FWD, depthwise, code), [base.LIFTED]) is None
 
 
 def test_every_1d_problem_with_a_library_op_has_the_lifted_candidate_and_others_do_not() -> None:
@@ -189,7 +216,7 @@ def test_torch_conv_transpose1d_depthwise_lifted_matches_torch(monkeypatch: pyte
     torch = pytest.importorskip("torch")
     from onednn_convt import torch as octorch
 
-    monkeypatch.setattr(lifted.guards, "dispatch_isa", lambda: "avx2")
+    as_if_on(monkeypatch, "zen3", "avx2")
     dt = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(3, 8, 21, generator=gen).to(dt)

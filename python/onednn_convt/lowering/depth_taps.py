@@ -24,9 +24,9 @@ f32 NXC BackwardData, against the library op and PyTorch's ``conv3d`` (medians o
 alternated blocks): 16x128 channels on 2x2x2, k4 s2 p1, 2.41 ms as the library op, 0.43 by
 taps, PyTorch 0.21; 8x32 on 10^3 k2 s2 4.95 against 1.11 (PyTorch 0.57); 1x32 on 16^3 k4 s2
 8.15 against 1.13 (0.54); 4x128 on 12^3 k3 s2 28.1 against 4.9 (3.8). The rules choose it
-on the dispatch ISAs where it was measured (:data:`MEASURED_ON`), for the problems where it
-ran faster there (:func:`measured_faster`); the tuner times it for every problem it applies
-to.
+for the problems where it ran faster on the CPU at hand (:data:`MEASURED_ON`, keyed as the
+tables are), and on a CPU where it was not measured, for those where it ran faster on every
+CPU that was (:func:`faster_everywhere`); the tuner times it for every problem it applies to.
 """
 
 from __future__ import annotations
@@ -34,19 +34,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
-from .. import guards
 from ..problem import BACKWARD_DATA, FORWARD, Geometry, Problem
-from . import base
+from . import base, rules
 from .base import Lowering, Phase, View
 
 #: the most 2-D ops (each a library call) a problem may split into
 MAX_PARTS = 128
 
-#: the dispatch ISAs on which the rules choose it where :func:`measured_faster` (an AMD
-#: Zen3); elsewhere the tuner may
-MEASURED_ON = frozenset({"avx2"})
-
-#: the fewest src planes of a BackwardWeights the rules run so (:func:`measured_faster`)
+#: the fewest src planes of a BackwardWeights the rules run so on an AMD Zen3
+#: (:func:`faster_on_zen3`)
 MIN_WEIGHTS_PLANES = 4
 
 Chooser = Callable[[Problem], Lowering]
@@ -96,14 +92,15 @@ def applies_in_f32(p: Problem) -> bool:
     return p.dtype in ("bf16", "f16") and fits(p)
 
 
-def measured_faster(p: Problem) -> bool:
-    """Where the depth taps ran faster than the rules' other choices (an AMD Zen3, 2
-    threads, f32, the 30 3-D depthwise layers of the random suites, alternated in one
-    process; ``benchmarks/NOTES.md``): every BackwardData (2.99x, min 0.96); the forward in
-    NXC (2.74x, min 1.02) and in NCX where the depth kernel is longer than its stride (NCX
-    with stride >= kernel lost, 0.49-0.88x); BackwardWeights in NXC where the depth kernel is
-    longer than its stride and src has at least :data:`MIN_WEIGHTS_PLANES` planes (a 2-plane
-    layer lost, 0.29x, and tiled ones 0.55-0.92x; NCX mixed, 0.35-11x)."""
+def faster_on_zen3(p: Problem) -> bool:
+    """Where the depth taps ran faster than the rules' other choices on an AMD Zen3 (avx2, 2
+    threads, f32 and bf16 computed in f32, the 30 3-D depthwise layers of the random suites,
+    alternated in one process; ``benchmarks/NOTES.md``): every BackwardData (f32 2.99x, min
+    0.96); the forward in NXC (2.74x, min 1.02) and in NCX where the depth kernel is longer
+    than its stride (NCX with stride >= kernel lost, 0.49-0.88x); BackwardWeights in NXC
+    where the depth kernel is longer than its stride and src has at least
+    :data:`MIN_WEIGHTS_PLANES` planes (a 2-plane layer lost, 0.29x, and tiled ones
+    0.55-0.92x; NCX mixed, 0.35-11x)."""
     overlap = p.geometry.strides[0] < p.kernel[0]
     if p.op == BACKWARD_DATA:
         return True
@@ -112,11 +109,62 @@ def measured_faster(p: Problem) -> bool:
     return p.data_format == "NXC" and overlap and p.src[0] >= MIN_WEIGHTS_PLANES
 
 
+def faster_on_zen4(p: Problem) -> bool:
+    """Where the depth taps ran faster than the rules' other choices on an AMD Zen4
+    (avx512_core_bf16, 2 threads, the same 30 layers, every op, f32 and bf16, the rules taking
+    every problem, alternated; ``benchmarks/results/zen4/ab-depth-taps-*.json``):
+    BackwardData in NXC (f32 geomean 3.97x, bf16 2.79x) or where the depth kernel is longer
+    than its stride (NCX: 2.65x, 2.08x; NCX with stride >= kernel lost, 0.21-1.29x); the
+    forward with a depth stride of 1 (3.2-6.7x, min 1.69), in NXC in f32 (strided: 1.42x,
+    min 0.52; NCX 0.31-3.03x), and in bf16 where the depth kernel is a multiple of its stride
+    (5.5-5.9x, min 1.56: the library's native bf16 op took up to 92 ms where the taps took
+    10; the k3 s2 layers lost, 0.47-0.92x in NCX); BackwardWeights in NXC where the depth
+    kernel is longer than its stride (f32 2.97x, bf16 2.49x, min 0.86; NCX 0.22-12x, no clear
+    line). Over all 180 configurations per dtype: f32 2.05x, bf16 2.16x."""
+    overlap = p.geometry.strides[0] < p.kernel[0]
+    if p.op == BACKWARD_DATA:
+        return p.data_format == "NXC" or overlap
+    if p.op == FORWARD:
+        if p.geometry.strides[0] == 1:
+            return True
+        if p.dtype == "bf16":
+            return p.kernel[0] % p.geometry.strides[0] == 0
+        return p.data_format == "NXC"
+    return p.data_format == "NXC" and overlap
+
+
+def faster_everywhere(p: Problem) -> bool:
+    """Where the depth taps ran faster on every CPU they were measured on
+    (:func:`faster_on_zen3` and :func:`faster_on_zen4`), by a margin: BackwardData, the
+    forward at a depth stride of 1, and BackwardWeights in NXC as on the Zen3 (on the Zen4:
+    geomean 2.1-6.7x in each op, dtype and format, min 0.68; on the Zen3, f32, BackwardData
+    2.99x, BackwardWeights 3.72x, the forward in NXC 3.05x): the
+    rules' choice on a CPU not in :data:`MEASURED_ON`."""
+    return faster_on_zen3(p) and faster_on_zen4(p) and (p.op != FORWARD or p.geometry.strides[0] == 1)
+
+
+#: where the rules take the depth taps, by the CPU on which that was measured (keyed by
+#: :func:`.rules.this_cpu`, as the measured tables are)
+MEASURED_ON: dict[tuple[str, str], rules.MeasuredRule] = {
+    ("zen3", "avx2"): faster_on_zen3,
+    ("zen4", "avx512_core_bf16"): faster_on_zen4,
+}
+
+#: the rule of a CPU not in :data:`MEASURED_ON` (None: the tables decide there)
+ELSEWHERE: Optional[rules.MeasuredRule] = faster_everywhere
+
+
+def measured_faster(p: Problem) -> bool:
+    """Whether the rules run ``p`` as depth taps on this CPU: its own measured rule
+    (:data:`MEASURED_ON`), else :data:`ELSEWHERE`."""
+    return rules.measured_here(MEASURED_ON, ELSEWHERE, p)
+
+
 def choice(p: Problem, names: Sequence[str]) -> Optional[str]:
     """The rules' lowering of ``p`` where the depth taps decide it (one of ``names``: the
-    lowering, or in f32 that of a bf16/f16 problem), else None: on a dispatch ISA where they
-    were measured (:data:`MEASURED_ON`), for the problems :func:`measured_faster` says."""
-    if guards.dispatch_isa() not in MEASURED_ON or not measured_faster(p):
+    lowering, or in f32 that of a bf16/f16 problem), else None: for the problems
+    :func:`measured_faster` says."""
+    if not any(n.startswith(base.DEPTH_TAPS) for n in names) or not measured_faster(p):
         return None
     return next((n for n in names if n.startswith(base.DEPTH_TAPS)), None)
 

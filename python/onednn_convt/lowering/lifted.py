@@ -17,8 +17,9 @@ configurations each (NXC BackwardData 47.5 -> 4.3 ms), the same in the sixth; de
 grouped 1-D layers ran the same either way, or slower (their MatMul lowerings have no
 2-D form). The lowering (:data:`onednn_convt.lowering.base.LIFTED`) wraps a lowering of
 the 2-D problem that is one library op on the arrays (as :mod:`.channels_last` does),
-chosen by the rules; the rules choose it for a 1-D depthwise problem where it was
-measured (:func:`choice`), and the tuner times it for every 1-D problem.
+chosen by the rules; the rules choose it for a 1-D depthwise problem where it ran faster
+on the CPU at hand, or on every CPU measured (:func:`choice`), and the tuner times it for
+every 1-D problem.
 """
 
 from __future__ import annotations
@@ -28,14 +29,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .. import guards
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Geometry, Problem
-from . import base
+from . import base, rules
 from .base import Lowering
 
-#: the dispatch ISAs on which a 1-D depthwise problem ran faster lifted (an AMD Zen3);
-#: elsewhere the tuner may find it, the rules do not choose it
-MEASURED_ON = frozenset({"avx2"})
 
 
 #: the library's own ops (one of which a 1-D problem must have among its own candidates)
@@ -53,14 +50,59 @@ def applies(p: Problem, own: Sequence[str]) -> bool:
     return p.rank == 1 and any(n in LIBRARY_OPS for n in own)
 
 
+def faster_on_zen3(p: Problem) -> bool:
+    """Where a 1-D depthwise problem ran faster lifted on an AMD Zen3 (avx2, 2 threads, 15
+    random layers, f32 and bf16 computed in f32; ``benchmarks/NOTES.md``): everywhere (f32
+    2.84x, bf16 2.49x, min 0.72)."""
+    return True
+
+
+def faster_on_zen4(p: Problem) -> bool:
+    """Where a 1-D depthwise problem ran faster lifted on an AMD Zen4 (avx512_core_bf16, 2
+    threads, the same 15 layers, every op, the rules taking every problem, alternated;
+    ``benchmarks/results/zen4/ab-lifted-1d-depthwise.json``). f32 (and f16, computed in f32
+    here) everywhere but BackwardData in NCX with the stride at least the kernel (0.39-1.55x;
+    elsewhere geomean 1.3-22x per op, format and kind of stride). Native bf16: the forward at
+    stride 1 (2.4x NCX, 9.9x NXC; strided 0.36-0.88x where the kernel is longer than the
+    stride), BackwardData in NXC (9.0-10.9x) or with the kernel longer than the stride (NCX
+    1.9-3.1x; else 0.44-0.70x), BackwardWeights in NXC at stride 1 or with the kernel longer
+    than the stride (strided, 3.0x as polyphase with all its phases lifted; at stride 1, as
+    those phases are, 1.00x, min 0.51; with stride >= kernel 0.70-3.7x; in NCX 0.34-2.3x)."""
+    s, k = p.geometry.strides[0], p.kernel[0]
+    if p.dtype != "bf16":
+        return not (p.op == BACKWARD_DATA and p.data_format == "NCX" and s >= k)
+    if p.op == FORWARD:
+        return s == 1
+    if p.op == BACKWARD_DATA:
+        return p.data_format == "NXC" or s < k
+    return p.data_format == "NXC" and (s == 1 or s < k)
+
+
+def faster_everywhere(p: Problem) -> bool:
+    """Where it ran faster on every CPU it was measured on (:func:`faster_on_zen3` and
+    :func:`faster_on_zen4`): the rules' choice on a CPU not in :data:`MEASURED_ON`."""
+    return faster_on_zen3(p) and faster_on_zen4(p)
+
+
+#: where the rules lift a 1-D depthwise problem, by the CPU on which that was measured
+#: (keyed by :func:`.rules.this_cpu`, as the measured tables are)
+MEASURED_ON: dict[tuple[str, str], rules.MeasuredRule] = {
+    ("zen3", "avx2"): faster_on_zen3,
+    ("zen4", "avx512_core_bf16"): faster_on_zen4,
+}
+
+#: the rule of a CPU not in :data:`MEASURED_ON` (None: the tables decide there)
+ELSEWHERE: Optional[rules.MeasuredRule] = faster_everywhere
+
+
 def choice(p: Problem, names: Sequence[str]) -> Optional[str]:
     """The rules' lowering of ``p`` (one of ``names``) where the lifted form decides it,
-    else None: a 1-D depthwise problem, on a dispatch ISA where that was measured
-    (:data:`MEASURED_ON`), runs lifted; a strided BackwardWeights whose kernel is longer than
-    its stride, as the polyphase lowering (in f32 where the dtype is computed in f32 here),
-    whose stride-1 phases (1-D depthwise problems again) run lifted. oneDNN 3.2's strided
-    depthwise weights-gradient kernels are slow in 2-D too (``benchmarks/NOTES.md``)."""
-    if not (base.LIFTED in names and p.groups > 1 and p.depthwise and guards.dispatch_isa() in MEASURED_ON):
+    else None: a 1-D depthwise problem runs lifted where it ran faster so on this CPU
+    (:data:`MEASURED_ON`, else :data:`ELSEWHERE`); a strided BackwardWeights whose kernel is
+    longer than its stride, as the polyphase lowering (in f32 where the dtype is computed in
+    f32 here), whose stride-1 phases (1-D depthwise problems again) run lifted. oneDNN 3.2's
+    strided depthwise weights-gradient kernels are slow in 2-D too (``benchmarks/NOTES.md``)."""
+    if not (base.LIFTED in names and p.groups > 1 and p.depthwise and rules.measured_here(MEASURED_ON, ELSEWHERE, p)):
         return None
     if p.op == BACKWARD_WEIGHTS and 1 < p.geometry.strides[0] < p.kernel[0]:
         # "Polyphase", or "Polyphase in f32" where the dtype is computed in f32 here

@@ -45,7 +45,7 @@ for them. The fallback rules, in short (the measurements behind each are in
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from .. import cpu, guards
 from ..problem import BACKWARD_DATA, FORWARD, Problem, depthwise
@@ -67,10 +67,31 @@ def isa_class(isa: str) -> str | None:
     return ISA_CLASSES.get(isa)
 
 
+def this_cpu() -> tuple[str, str]:
+    """This CPU as the measured tables key it: its microarchitecture
+    (:attr:`onednn_convt.cpu.Cpu.microarchitecture`) and the class of its dispatch ISA
+    (``""`` where it has none)."""
+    return cpu.detect().microarchitecture, isa_class(guards.dispatch_isa()) or ""
+
+
+#: where a lowering measured apart from the tables ran faster than the rules' other choices
+MeasuredRule = Callable[[Problem], bool]
+
+
+def measured_here(measured: Mapping[tuple[str, str], MeasuredRule], elsewhere: Optional[MeasuredRule],
+                  p: Problem) -> bool:
+    """Whether the rules take a lowering measured apart from the tables for ``p``: the rule
+    measured on this CPU (``measured``, keyed by :func:`this_cpu`), else ``elsewhere``
+    (where it ran faster on every CPU measured; None: nowhere else)."""
+    faster = measured.get(this_cpu(), elsewhere)
+    return faster is not None and faster(p)
+
+
 def table() -> tuple[rules_table.Table | None, str]:
     """The measured table that applies on this CPU at its dispatch ISA
     (:func:`onednn_convt.lowering.rules_table.select`), and why."""
-    return rules_table.select(cpu.detect().microarchitecture, isa_class(guards.dispatch_isa()))
+    arch, isa = this_cpu()
+    return rules_table.select(arch, isa or None)
 
 
 def report() -> dict[str, str | None]:
