@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import dtypes, guards, limits, native, omp
+from . import dtypes, guards, limits, lowering, native, omp
 from .lowering import autotune, rules, tuning_cache
 from .errors import UnsupportedError
 
@@ -74,7 +74,8 @@ def info() -> dict[str, Any]:
     """This package's version (``onednn_convt_version``), oneDNN version and commit, library path, CPU runtime, the ISA oneDNN dispatches to
     (``ONEDNN_MAX_CPU_ISA`` honoured), threads, dtype support, the guards active on that ISA
     (:mod:`onednn_convt.guards`), which measured rules pick the lowerings
-    (:func:`onednn_convt.lowering.rules.report`), whether autotuning is on and where its choices are
+    (:func:`onednn_convt.lowering.rules.report`, and ``measured_apart``:
+    :func:`onednn_convt.lowering.measured_apart`), whether autotuning is on and where its choices are
     kept (:mod:`onednn_convt.lowering.autotune`), the compile cache counters, the
     library's kept temporary memory (:func:`host_memory_info`) and the memory limit a new
     call is checked against now (``memory_limit``: ``bytes``, None where nothing says, and
@@ -93,7 +94,7 @@ def info() -> dict[str, Any]:
         "threads": omp_max_threads(),
         "dtypes": dtype_support(),
         "guards": guards.report(),
-        "rules": rules.report(),
+        "rules": {**rules.report(), "measured_apart": lowering.measured_apart()},
         "autotune": {"enabled": autotune.enabled(), "cache_file": str(tuning_cache.path())},
         "cache": cache_info(),
         "host_memory": host_memory_info(),

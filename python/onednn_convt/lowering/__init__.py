@@ -69,6 +69,23 @@ def rule(p: Problem, *, native: bool = False, phase: bool = False) -> str:
     return _choose(p, _valid(p, native), phase)
 
 
+def measured_apart() -> dict[str, str]:
+    """Which rule each lowering measured apart from the tables (lifted, depth taps) follows
+    on this CPU, by lowering name (``info()["rules"]["measured_apart"]``): the one measured
+    on it, else where it ran faster on every CPU measured, else none."""
+    here = rules.this_cpu()
+    out = {}
+    for name, module in ((LIFTED, lifted), (DEPTH_TAPS, depth_taps)):
+        measured = ", ".join(f"{arch} at {isa}" for arch, isa in sorted(module.MEASURED_ON))
+        if here in module.MEASURED_ON:
+            out[name] = f"this CPU's own rule ({here[0]} at {here[1]})"
+        elif module.ELSEWHERE is not None:
+            out[name] = f"not measured on {here[0]} at {here[1] or 'its ISA'}: where it ran faster on every CPU measured ({measured})"
+        else:
+            out[name] = "none: the tables choose"
+    return out
+
+
 def _choose(p: Problem, names: list[str], phase: bool = False) -> str:
     chosen = lifted.choice(p, names) or depth_taps.choice(p, names)  # measured apart from the tables
     if chosen is None:
