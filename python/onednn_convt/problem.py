@@ -53,7 +53,8 @@ def gemm_grouped(rank: int, groups: int, ic: int, oc: int) -> bool:
     apart (:mod:`onednn_convt.lowering.rules`), and the polyphase lowering leaves them
     (:func:`onednn_convt.lowering.polyphase.fits`). Measured on an AVX2 CPU (an AMD Zen3,
     whose JIT kernels block channels by 8); where AVX-512 kernels (16 a block, and brgemm
-    ones) draw the line was not measured."""
+    ones) draw the line was not measured (on an AMD Zen4 a 3-D depthwise Convolution ran
+    ``jit:avx512_core``, the library's ConvTransposeBackwardData ``x64:gemm:jit``)."""
     return rank == 3 and groups > 1 and any((c // groups) % GROUP_CHANNELS_BLOCK for c in (ic, oc))
 
 

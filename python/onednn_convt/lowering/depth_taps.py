@@ -1,8 +1,9 @@
 """A 3-D depthwise call as 2-D ones, one per depth tap, on plane views.
 
 oneDNN 3.2 has no 3-D depthwise kernel: such a call runs its gemm convolution
-(``x64:gemm:jit``) whatever it is lowered to (:attr:`onednn_convt.problem.Problem.gemm_grouped`),
-while its 2-D depthwise calls run ``brdgmm_dw`` (AVX2 and up). Along depth, src plane ``i``
+(``x64:gemm:jit``; :attr:`onednn_convt.problem.Problem.gemm_grouped`), or on AVX-512 as a
+Convolution its general ``jit:avx512_core`` one (an AMD Zen4, by ONEDNN_VERBOSE), while its
+2-D depthwise calls run ``brdgmm_dw`` (AVX2 and up). Along depth, src plane ``i``
 meets dst plane ``o = s*i + t*d - pb`` through tap ``t`` (stride ``s``, dilation ``d``,
 pads_begin ``pb`` in depth), and that pair is a 2-D problem of the op with the weights'
 tap-``t`` slice (IOX ``w[:, :, t]``, XOI ``w[t]``), the 2-D attributes being the 3-D ones'
