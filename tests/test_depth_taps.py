@@ -70,19 +70,31 @@ def test_depth_taps_match_the_reference(seed: int, op: str, code: str) -> None:
 
 def test_each_plane_is_written_once_then_added_to() -> None:
     """The ops of a tap that reaches every plane write them, the others add; where no tap
-    reaches every plane, diff_src is zeroed first. Per sample where that takes fewer ops
-    (NCX: the views swap the channel and plane axes), else per plane."""
+    reaches every plane, diff_src is zeroed first. Per sample where that takes few enough
+    ops (PER_SAMPLE_OPS; NCX: the views swap the channel and plane axes), else per plane."""
     def build(cfg: Config) -> base.Lowering:
         return lowering.build(_problem(cfg), base.DEPTH_TAPS)
 
-    # k4 s2 p1 over 3 planes: taps 1 and 2 reach all three, 0 and 3 two each; 2 samples
+    # k4 s2 p1 over 3 planes: taps 1 and 2 reach all three, 0 and 3 two each; 2 samples,
+    # NCX: 8 ops per sample against 10 per plane, more than 0.7 times: per plane, tap 1's
+    # three ops write, the rest add
     whole = Config(src=(3, 2, 2), kernel=(4, 3, 3), strides=(2, 1, 1), pads_begin=(1, 1, 1), pads_end=(1, 1, 1),
                    n=2, ic=4, oc=4, groups=4, name="whole")
+    assert depth_taps.PER_SAMPLE_OPS["NCX"] < 8 / 10
     low = build(whole)
-    assert [ph.accumulate for ph in low.phases] == [False, False] + [True] * 6
+    assert [ph.accumulate for ph in low.phases] == [False] * 3 + [True] * 7
     assert all(ph.fill is None for ph in low.phases)
+    assert all(isinstance(ph.out, base.View) and ph.out.axes is None for ph in low.phases)
+    # one sample: 4 ops against 10, per sample on swapped views; tap 1's one op writes
+    low = build(whole.with_(n=1))
+    assert [ph.accumulate for ph in low.phases] == [False] + [True] * 3
     first = low.phases[0]
     assert isinstance(first.out, base.View) and first.out.index[0] == 0 and first.out.axes == (1, 0, 2, 3)
+    # in NXC the per-sample views are dense: per sample up to PER_SAMPLE_OPS["NXC"] times the ops
+    nxc = whole.with_(data_format="NXC", weights_format="XOI")
+    assert depth_taps.PER_SAMPLE_OPS["NXC"] >= 1
+    # 3 samples: 12 ops against 10, per sample; 4 samples: 16, per plane
+    assert len(build(nxc.with_(n=3)).phases) == 12 and len(build(nxc.with_(n=4)).phases) == 10
     # k2 s3 p1 over 3 planes: tap 0 reaches planes 1 and 2, tap 1 planes 0 and 1; zeroed,
     # then added to
     none = Config(src=(3, 2, 2), kernel=(2, 3, 3), strides=(3, 1, 1), pads_begin=(1, 1, 1), pads_end=(1, 1, 1),
@@ -96,11 +108,11 @@ def test_each_plane_is_written_once_then_added_to() -> None:
     # the forward: dst filled (the bias, or zeros), every op adds to it
     low = lowering.build(_problem(whole.with_(bias=True), op=FWD), base.DEPTH_TAPS)
     assert low.phases[0].lowering is None and low.phases[0].fill == ()
-    assert all(ph.accumulate for ph in low.phases[1:]) and len(low.phases) == 9
+    assert all(ph.accumulate for ph in low.phases[1:]) and len(low.phases) == 11
     # BackwardWeights: each tap's first op writes its slice of the weights, the others add;
     # a tap that reaches no plane (k5 s1 over one plane, pads 1/1: taps 0 and 4) is zeroed
     low = lowering.build(_problem(whole, op=BWD_W), base.DEPTH_TAPS)
-    assert [ph.accumulate for ph in low.phases] == [False, True] * 4
+    assert [ph.accumulate for ph in low.phases] == [False, True, False, True, True, False, True, True, False, True]
     lone = whole.with_(src=(1, 2, 2), kernel=(5, 3, 3), strides=1, pads_begin=(1, 1, 1), pads_end=(1, 1, 1))
     low = lowering.build(_problem(lone, op=BWD_W), base.DEPTH_TAPS)
     zeroed = [ph.out for ph in low.phases if ph.lowering is None]

@@ -10,7 +10,8 @@ tap-``t`` slice (IOX ``w[:, :, t]``, XOI ``w[t]``), the 2-D attributes being the
 last two dims. For one tap the src planes it reaches are a run ``i0 .. i0 + count`` and their
 dst planes a run of step ``s``: one 2-D op per sample (its batch: those planes; NCX's views
 swap the channel and plane axes) or one per plane (its batch: the samples), whichever takes
-fewer ops. Each reads and writes views of the call's arrays (:class:`.base.Phase`), no copies:
+fewer ops, weighed by :data:`PER_SAMPLE_OPS`. Each reads and writes views of the call's
+arrays (:class:`.base.Phase`), no copies:
 
 - BackwardData: each op gives diff_src planes a part; the ops of a tap that reaches every
   plane write them, the others add (where no tap reaches every plane, diff_src is zeroed
@@ -63,9 +64,20 @@ def _reach(p: Problem) -> list[tuple[int, int, int, int]]:
     return out
 
 
+#: per data format, how many times as many 2-D ops per sample as per plane a problem still
+#: runs per sample. In NXC a sample's planes are a dense batch, which oneDNN reads as it is,
+#: where a plane's samples are strided and copied first (12 us for 256 KB); in NCX a sample's
+#: view swaps the channel and plane axes, which the 2-D kernels handle worse. Measured on an
+#: AMD Zen4 (2 threads, f32, the 30 3-D depthwise layers, every op, each way forced,
+#: alternated): NXC per sample 1.0-2.6x faster at 1.05-1.17 times the ops, slower from 1.45;
+#: NCX per plane 0.82-1.08x at 0.74-0.86, 1.08-1.67x slower at 0.62
+PER_SAMPLE_OPS = {"NXC": 1.25, "NCX": 0.7}
+
+
 def _per_sample(p: Problem, reach: Sequence[tuple[int, int, int, int]]) -> bool:
-    """One 2-D op per sample and tap (else per plane and tap): whichever is fewer."""
-    return p.n * len(reach) <= sum(count for _, _, count, _ in reach)
+    """One 2-D op per sample and tap (else per plane and tap): per sample where that takes
+    at most :data:`PER_SAMPLE_OPS` times as many ops."""
+    return p.n * len(reach) <= PER_SAMPLE_OPS[p.data_format] * sum(count for _, _, count, _ in reach)
 
 
 def parts(p: Problem) -> int:
