@@ -31,7 +31,7 @@ import numpy as np
 
 import onednn_convt as oc
 from onednn_convt import cpu, lowering
-from onednn_convt.lowering import depth_taps, lifted, rules
+from onednn_convt.lowering import rules
 
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 OPS = ("fwd", "bwd_d", "bwd_w")
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.everywhere:
         here = rules.this_cpu()
-        for module in (lifted, depth_taps):
+        for module in lowering.MEASURED_APART.values():
             module.MEASURED_ON = {**module.MEASURED_ON, here: lambda p: True}
     layers = json.loads(args.layers_json.read_text(encoding="utf-8"))
     if args.layers:

@@ -69,13 +69,18 @@ def rule(p: Problem, *, native: bool = False, phase: bool = False) -> str:
     return _choose(p, _valid(p, native), phase)
 
 
+#: the lowerings the rules choose apart from the tables, by name: each module's
+#: ``MEASURED_ON`` (its rule per CPU measured) and ``ELSEWHERE`` (on other CPUs)
+MEASURED_APART = {LIFTED: lifted, DEPTH_TAPS: depth_taps}
+
+
 def measured_apart() -> dict[str, str]:
-    """Which rule each lowering measured apart from the tables (lifted, depth taps) follows
-    on this CPU, by lowering name (``info()["rules"]["measured_apart"]``): the one measured
-    on it, else where it ran faster on every CPU measured, else none."""
+    """Which rule each lowering of :data:`MEASURED_APART` follows on this CPU, by lowering
+    name (``info()["rules"]["measured_apart"]``): the one measured on it, else where it ran
+    faster on every CPU measured, else none."""
     here = rules.this_cpu()
     out = {}
-    for name, module in ((LIFTED, lifted), (DEPTH_TAPS, depth_taps)):
+    for name, module in MEASURED_APART.items():
         measured = ", ".join(f"{arch} at {isa}" for arch, isa in sorted(module.MEASURED_ON))
         if here in module.MEASURED_ON:
             out[name] = f"this CPU's own rule ({here[0]} at {here[1]})"
