@@ -68,6 +68,67 @@ def test_depth_taps_match_the_reference(seed: int, op: str, code: str) -> None:
     assert_close(instance(*spread(given)), want, code, reduction, f"strided inputs: {cfg}")
 
 
+def _tiled(kernel: int, stride: int, **geometry: Any) -> Config:
+    """An NXC 3-D depthwise layer over 4 planes whose depth geometry is ``geometry``'s."""
+    return Config(src=(4, 3, 2), kernel=(kernel, 3, 2), strides=(stride, 1, 1), n=3, ic=4, oc=4, groups=4,
+                  data_format="NXC", weights_format="XOI", name=f"k{kernel}s{stride}")
+
+
+#: NXC layers whose dst has ``s`` planes per src plane (every tap merges samples and planes):
+#: taps off every edge, a tap at each edge, dilated and asymmetric ones, output_padding
+TILED = [
+    _tiled(3, 1).with_(pads_begin=(1, 1, 0), pads_end=(1, 1, 0)),
+    _tiled(4, 2).with_(pads_begin=(1, 0, 0), pads_end=(1, 0, 0)),
+    _tiled(2, 2),
+    _tiled(3, 2).with_(pads_begin=(1, 1, 0), pads_end=(1, 1, 0), output_padding=(1, 0, 0)),
+    _tiled(3, 1).with_(dilations=(2, 1, 1), pads_begin=(2, 1, 0), pads_end=(2, 1, 0)),
+    _tiled(5, 1).with_(pads_begin=(3, 0, 0), pads_end=(1, 0, 0)),
+    _tiled(1, 3).with_(output_padding=(2, 0, 0)),
+]
+
+
+@pytest.mark.usefixtures("taps_everywhere")
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "pieces"])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("cfg", TILED, ids=lambda c: f"{c.name}-p{c.pads_begin[0]}{c.pads_end[0]}")
+def test_merged_samples_match_the_reference(monkeypatch: pytest.MonkeyPatch, cfg: Config, op: str,
+                                            pieces: bool) -> None:
+    """Each tap's ops over all samples' planes (a strided forward excepted), in one run or
+    (``pieces``: MERGED_BYTES of two planes) in runs of two planes: the reference's values
+    for a fresh result, an out= in Fortran order (whose samples and planes do not merge:
+    run into a fresh result and copied), an out= of 1 sample, and strided inputs (merged as
+    copies). An Inf in the first sample's input stays out of the others' results."""
+    if pieces:
+        monkeypatch.setattr(depth_taps, "MERGED_BYTES", 2 * 4 * cfg.oc * int(np.prod(cfg.src[1:])))
+    rng = np.random.default_rng(7)
+    for one in (cfg.with_(n=1), cfg.with_(bias=op == FWD)):  # 3 samples last, for the Inf
+        arrays = inputs_of(op, one.tensors(rng), one)
+        given = call_arrays(op, one, arrays)
+        want = reference(op, one, arrays)
+        reduction = {FWD: one.fwd_reduction, BWD_D: one.bwd_data_reduction, BWD_W: one.bwd_weights_reduction}[op]
+        instance = op_of(op, one)
+        got = instance(*given)
+        phases = instance.last_plan.lowering.phases
+        runs = [w for ph in phases for w in (ph.out,) + tuple(w for _, w in ph.inputs)
+                if isinstance(w, base.View) and w.merged]
+        assert bool(runs) is (op != FWD or cfg.strides[0] == 1), instance.lowering
+        if runs and pieces:  # runs of at most two planes, not one per tap
+            ops = sum(ph.lowering is not None for ph in phases)
+            assert ops > cfg.kernel[0] and all(len(range(1 << 30)[w.index[0]]) <= 2 for w in runs), runs
+        assert_close(got, want, "f32", reduction, str(one))
+        for out in (np.full(got.shape[::-1], np.nan, got.dtype).T, np.full(got.shape, np.nan, got.dtype)):
+            assert instance(*given, out=out) is out
+            np.testing.assert_array_equal(out, got)
+        assert_close(instance(*spread(given)), want, "f32", reduction, f"strided inputs: {one}")
+    if op != BWD_W:  # a weights gradient sums over the samples
+        assert one.n == 3
+        arrays[0][0] = np.inf
+        want = reference(op, one, arrays)
+        got = instance(*call_arrays(op, one, arrays))
+        assert np.isfinite(got[1:]).all()
+        assert_close(got[1:], want[1:], "f32", reduction, f"an Inf in sample 0: {one}")
+
+
 def test_each_plane_is_written_once_then_added_to() -> None:
     """The ops of a tap that reaches every plane write them, the others add; where no tap
     reaches every plane, diff_src is zeroed first. Per sample where that takes few enough
@@ -90,11 +151,30 @@ def test_each_plane_is_written_once_then_added_to() -> None:
     assert [ph.accumulate for ph in low.phases] == [False] + [True] * 3
     first = low.phases[0]
     assert isinstance(first.out, base.View) and first.out.index[0] == 0 and first.out.axes == (1, 0, 2, 3)
-    # in NXC the per-sample views are dense: per sample up to PER_SAMPLE_OPS["NXC"] times the ops
-    nxc = whole.with_(data_format="NXC", weights_format="XOI")
+    # in NXC the per-sample views are dense: per sample up to PER_SAMPLE_OPS["NXC"] times the
+    # ops (k3 s2 p1 over 3 planes: 5 dst planes, not 2 per src plane, so no tap merges)
+    nxc = whole.with_(kernel=(3, 3, 3), data_format="NXC", weights_format="XOI")
     assert depth_taps.PER_SAMPLE_OPS["NXC"] >= 1
-    # 3 samples: 12 ops against 10, per sample; 4 samples: 16, per plane
-    assert len(build(nxc.with_(n=3)).phases) == 12 and len(build(nxc.with_(n=4)).phases) == 10
+    # 2 samples: 6 ops against 7, per sample; 3 samples: 9, per plane
+    assert len(build(nxc.with_(n=2)).phases) == 6 and len(build(nxc.with_(n=3)).phases) == 7
+    # NXC with 2 dst planes per src plane (k4 s2 p1): each tap is one op over every sample's
+    # planes (samples and planes merged); tap 1 writes, the others add, taps 0 and 3 with the
+    # planes of their result that met a neighbouring sample zeroed (3 samples: the runs'
+    # planes 2 and 5)
+    tiled = whole.with_(n=3, data_format="NXC", weights_format="XOI")
+    low = build(tiled)
+    assert [ph.accumulate for ph in low.phases] == [False, True, True, True]
+    assert [ph.zero for ph in low.phases] == [(), (2, 5), (), (2, 5)]
+    assert all(isinstance(ph.out, base.View) and ph.out.merged for ph in low.phases)
+    assert depth_taps.parts(_problem(tiled)) == 4
+    # BackwardWeights merges only the taps that reach every plane (a sum over the run would
+    # take the neighbours' products): taps 1 and 2 one op each, taps 0 and 3 per plane (two
+    # planes each, against three samples)
+    low = lowering.build(_problem(tiled, op=BWD_W), base.DEPTH_TAPS)
+    assert [ph.accumulate for ph in low.phases] == [False, True, False, False, False, True]
+    assert [isinstance(ph.inputs[0][1], base.View) and ph.inputs[0][1].merged for ph in low.phases] == \
+        [False, False, True, True, False, False]
+    assert not any(ph.zero for ph in low.phases)
     # k2 s3 p1 over 3 planes: tap 0 reaches planes 1 and 2, tap 1 planes 0 and 1; zeroed,
     # then added to
     none = Config(src=(3, 2, 2), kernel=(2, 3, 3), strides=(3, 1, 1), pads_begin=(1, 1, 1), pads_end=(1, 1, 1),

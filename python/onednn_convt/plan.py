@@ -163,6 +163,9 @@ class PhasedPlan:
     tuning: Optional[Tuning] = None
     #: BiasAdd over a C-contiguous dst, in place (``lowering.bias_stage``); None: NumPy adds it
     bias_add: Any = None
+    #: the phases run into a fresh result, copied into ``out`` after: an ``out`` whose
+    #: windows would not be views of it (:func:`_staged`)
+    staged: bool = False
 
     def run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
         """The phases run in turn into ``out`` (or a new array). A native bf16/f16 phase's
@@ -175,10 +178,13 @@ class PhasedPlan:
         if self.emulated:
             f32 = [dtypes.to_f32(a) if _low_precision(a) else a for a in arrays]
             return dtypes.round_f32(self._run_phases(f32, None, guarded=False), self.dtype, out)
-        result = self._run_phases(arrays, out, guarded=False)
+        result = self._run_phases(arrays, None if self.staged else out, guarded=False)
         if any(p is not None and p.make_fallback is not None for p in self.plans) and \
                 not dtypes.all_finite(result):
             result = self._run_phases(arrays, result, guarded=True)
+        if self.staged and out is not None:
+            np.copyto(out, result)
+            return out
         return result
 
     def _run_phases(self, arrays: Sequence[Any], out: Optional[np.ndarray], guarded: bool) -> np.ndarray:
@@ -199,7 +205,10 @@ class PhasedPlan:
                 args = phase.args(arrays)
                 view = base.window(result, phase.out)
                 if phase.accumulate:
-                    np.add(view, plan.run(args, None, guarded), out=view)
+                    part = plan.run(args, None, guarded)
+                    if phase.zero:
+                        part[list(phase.zero)] = 0
+                    np.add(view, part, out=view)
                 elif strides_.nested(view):
                     plan.run(args, view, guarded)
                 else:  # oneDNN refuses strides that do not nest (a weights phase): written here
@@ -319,7 +328,11 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
                 limits.check_library_range(target.op_name, phase.lowering, args)
         _check_addressable(target, lowering)
         limits.check_memory(target.op_name, lowering, arrays, None, dtype, emulated=False)  # the result
-    result = out if out is not None else memory.empty(lowering.out_shape, dtype)
+    staged = out is not None and _staged(lowering, out)
+    if staged:
+        _check_addressable(target, lowering)
+        limits.check_memory(target.op_name, lowering, arrays, None, dtype, emulated=False)  # the fresh result
+    result = out if out is not None and not staged else memory.empty(lowering.out_shape, dtype)
     plans: list[Optional[Plan]] = []
     for phase, args in zip(lowering.phases, phase_args):
         if phase.lowering is None or args is None:
@@ -333,7 +346,15 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         bias_axis = 1 if target.bias_format == "NCX" else len(lowering.out_shape) - 1
         if lowering.bias_stage:
             bias_add = _bias_add(target.bias_format, lowering.out_shape, code)
-    return PhasedPlan(lowering, dtype, plans, bias_axis, bias_add=bias_add)
+    return PhasedPlan(lowering, dtype, plans, bias_axis, bias_add=bias_add, staged=staged)
+
+
+def _staged(lowering: Lowering, out: np.ndarray) -> bool:
+    """Whether a phased call runs into a fresh result rather than ``out``: a phase writes a
+    window that merges ``out``'s first two axes, and those do not merge in its memory (the
+    window would be a copy)."""
+    windows = [w for phase in lowering.phases for w in (phase.out, phase.fill)]
+    return any(isinstance(w, base.View) and w.merged for w in windows) and not base.merges(out)
 
 
 def _low_precision(a: Any) -> bool:

@@ -125,10 +125,16 @@ class View:
     Attributes:
         index: the index (slices and integers).
         axes: the order of the indexed view's axes (None: as they are).
+        merged: index the array with its first two axes taken as one (an NXC activation's
+            samples and depth planes, :mod:`.depth_taps`): a view where the array's strides
+            allow it (:func:`merges`), else, for an array that is only read, a copy. A
+            result's window is never a copy: :func:`onednn_convt.plan.plan_for` runs a call
+            whose ``out=`` does not merge into a fresh result and copies that.
     """
 
     index: tuple[Union[slice, int], ...]
     axes: Optional[tuple[int, ...]] = None
+    merged: bool = False
 
 
 #: how a phase takes a part of an array: the index of its view (``()``: all of it), or a
@@ -136,9 +142,18 @@ class View:
 Window = Union[tuple[slice, ...], View]
 
 
+def merges(a: np.ndarray) -> bool:
+    """Whether ``a``'s first two axes are one axis in memory (a reshape to one is a view)."""
+    n, d = a.shape[:2]
+    return bool(n == 1 or d == 1 or a.strides[0] == d * a.strides[1])
+
+
 def window(a: np.ndarray, w: Window) -> np.ndarray:
-    """The part ``w`` of ``a`` (a view)."""
+    """The part ``w`` of ``a`` (a view; a copy of an array whose first two axes do not
+    merge, for a :class:`View` that merges them)."""
     if isinstance(w, View):
+        if w.merged:
+            a = a.reshape((a.shape[0] * a.shape[1],) + a.shape[2:])
         v = a[w.index]
         return v if w.axes is None else v.transpose(w.axes)
     return a[w] if w else a
@@ -159,6 +174,9 @@ class Phase:
         accumulate: add the op's result to its window of the result instead of writing it
             (polyphase BackwardData's phases after the first; the depth taps' parts that
             another part wrote first).
+        zero: with ``accumulate``, the indices along the first axis of the op's result
+            zeroed before it is added: the depth taps' merged batches, whose planes there
+            met a neighbouring sample's planes (:mod:`.depth_taps`).
     """
 
     lowering: Optional[Lowering]
@@ -166,6 +184,7 @@ class Phase:
     out: Window
     fill: Optional[Window]
     accumulate: bool = False
+    zero: tuple[int, ...] = ()
 
     def args(self, arrays: Sequence[Any]) -> list[Any]:
         """The op's inputs: its windows of the call's ``arrays``."""
