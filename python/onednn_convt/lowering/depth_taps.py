@@ -180,7 +180,10 @@ def faster_on_zen4(p: Problem) -> bool:
     (5.5-5.9x, min 1.56: the library's native bf16 op took up to 92 ms where the taps took
     10; the k3 s2 layers lost, 0.47-0.92x in NCX); BackwardWeights in NXC where the depth
     kernel is longer than its stride (f32 2.97x, bf16 2.49x, min 0.86; NCX 0.22-12x, no clear
-    line). Over all 180 configurations per dtype: f32 2.05x, bf16 2.16x."""
+    line). Over all 180 configurations per dtype: f32 2.05x, bf16 2.16x. Since NXC taps merge
+    their samples' planes (:func:`_merges`; ``ab-depth-taps-nxc-merged-*.json``, the 90 NXC
+    configurations per dtype again: f32 3.96x, bf16 3.12x), BackwardWeights in NXC at depth
+    k2 s2 too (f32 2.25-5.59x, bf16 0.92-2.87x over 5 layers; k4 s4 still lost, 0.59-1.09x)."""
     overlap = p.geometry.strides[0] < p.kernel[0]
     if p.op == BACKWARD_DATA:
         return p.data_format == "NXC" or overlap
@@ -190,7 +193,7 @@ def faster_on_zen4(p: Problem) -> bool:
         if p.dtype == "bf16":
             return p.kernel[0] % p.geometry.strides[0] == 0
         return p.data_format == "NXC"
-    return p.data_format == "NXC" and overlap
+    return p.data_format == "NXC" and (overlap or p.kernel[0] == p.geometry.strides[0] == 2)
 
 
 def faster_everywhere(p: Problem) -> bool:
@@ -254,12 +257,15 @@ def build(p: Problem, choose: Chooser) -> Lowering:
         """Each 2-D op of tap ``t``: (batch, its src planes, its dst planes, the planes of
         its result to zero)."""
         if _merges(p, (t, i0, count, o0)):  # batch: a piece of the run of (sample, plane) pairs
-            off = o0 - s * i0
+            off = o0 - s * i0  # merged src plane b meets merged dst plane s*b + off
             b0, b1, step = _runs(p, (t, i0, count, o0))
-            return [(min(b1, c + step) - c, View((slice(c, min(b1, c + step)),), merged=True),
-                     View((slice(s * c + off, s * (min(b1, c + step) - 1) + off + 1, s),), merged=True),
-                     tuple(b - c for b in range(c, min(b1, c + step)) if not i0 <= b % p.src[0] < i0 + count))
-                    for c in range(b0, b1, step)]
+            pieces = []
+            for c in range(b0, b1, step):
+                e = min(b1, c + step)  # this piece: merged src planes c .. e
+                neighbours = tuple(b - c for b in range(c, e) if not i0 <= b % p.src[0] < i0 + count)
+                pieces.append((e - c, View((slice(c, e),), merged=True),
+                               View((slice(s * c + off, s * (e - 1) + off + 1, s),), merged=True), neighbours))
+            return pieces
         if per_sample:  # batch: the tap's planes of one sample
             swap = (1, 0, 2, 3) if ncx else None
             src_planes, dst_planes = slice(i0, i0 + count), slice(o0, o0 + s * (count - 1) + 1, s)
