@@ -129,6 +129,35 @@ def test_merged_samples_match_the_reference(monkeypatch: pytest.MonkeyPatch, cfg
         assert_close(got[1:], want[1:], "f32", reduction, f"an Inf in sample 0: {one}")
 
 
+@pytest.mark.usefixtures("taps_everywhere")
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("seed", range(6))
+def test_random_merged_runs_match_the_reference(monkeypatch: pytest.MonkeyPatch, seed: int, op: str) -> None:
+    """Random NXC geometries whose depth tiles (auto_pad SAME_UPPER/LOWER: s dst planes per
+    src plane), three samples, runs cut into pieces of a random number of planes: the
+    reference's values, with inputs as every other element of larger arrays."""
+    rng = np.random.default_rng(100 + seed)
+    fixed = {"data_format": "NXC", "n": 3, "groups": "depthwise"}
+
+    def choose(name: str, options: Any) -> Any:
+        if name == "auto_pad":
+            return ("SAME_UPPER", "SAME_LOWER")[int(rng.integers(2))]
+        return fixed.get(name, options[int(rng.integers(len(options)))])
+
+    cfg = build_config(choose, rank=3)
+    while not depth_taps.fits(_problem(cfg, op=op)):
+        cfg = build_config(choose, rank=3)
+    planes = int(rng.integers(1, 2 * cfg.src[0] + 1))
+    monkeypatch.setattr(depth_taps, "MERGED_BYTES", planes * 4 * cfg.oc * int(np.prod(cfg.dst[1:])))
+    arrays = inputs_of(op, cfg.tensors(rng), cfg)
+    given = call_arrays(op, cfg, arrays)
+    want = reference(op, cfg, arrays)
+    reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
+    instance = op_of(op, cfg)
+    assert_close(instance(*given), want, "f32", reduction, str(cfg))
+    assert_close(instance(*spread(given)), want, "f32", reduction, f"strided inputs: {cfg}")
+
+
 def test_each_plane_is_written_once_then_added_to() -> None:
     """The ops of a tap that reaches every plane write them, the others add; where no tap
     reaches every plane, diff_src is zeroed first. Per sample where that takes few enough
