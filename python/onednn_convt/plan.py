@@ -320,7 +320,8 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         f32 = [np.zeros(a.shape, np.float32) if _low_precision(a) else a for a in arrays]
         return replace(_phased_plan(target, lowering, f32, None, "f32"), dtype=dtype, emulated=True)
     phase_args = [None if phase.lowering is None else phase.args(arrays) for phase in lowering.phases]
-    if out is None:
+    staged = out is not None and _staged(lowering, out)
+    if out is None or staged:
         # the checks each phase's plan makes, before the result they plan views of is
         # allocated (a result past the memory, or the address space, is never allocated)
         for phase, args in zip(lowering.phases, phase_args):
@@ -328,10 +329,6 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
                 limits.check_library_range(target.op_name, phase.lowering, args)
         _check_addressable(target, lowering)
         limits.check_memory(target.op_name, lowering, arrays, None, dtype, emulated=False)  # the result
-    staged = out is not None and _staged(lowering, out)
-    if staged:
-        _check_addressable(target, lowering)
-        limits.check_memory(target.op_name, lowering, arrays, None, dtype, emulated=False)  # the fresh result
     result = out if out is not None and not staged else memory.empty(lowering.out_shape, dtype)
     plans: list[Optional[Plan]] = []
     for phase, args in zip(lowering.phases, phase_args):
