@@ -517,9 +517,10 @@ def test_first_calls_of_a_tuned_and_an_untuned_process(tmp_path, monkeypatch) ->
 def test_native_loop_runs_every_phase_of_a_polyphase_plan(op: str, fmt: str, code: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The native loop of a polyphase plan runs each phase's partition on its views (as
-    compiled: a phase writing a strided view of dst gets that view), and says it leaves the
-    fills and sums out; in bf16 the polyphase form computed in f32, whose loop runs the f32
-    phases on f32 copies and says so."""
+    compiled: a phase writing a strided view of dst gets that view; one adding to it, where
+    the library fuses the sum, that fused op), and says it leaves the fills and NumPy's
+    sums out; in bf16 the polyphase form computed in f32, whose loop runs the f32 phases on
+    f32 copies and says so."""
     from onednn_convt import lowering
     from onednn_convt.bench import peers
     from onednn_convt.lowering import base, polyphase
@@ -536,14 +537,15 @@ def test_native_loop_runs_every_phase_of_a_polyphase_plan(op: str, fmt: str, cod
     assert "phases only" in note
     assert ("f32 kernels only" in note) == (code != "f32"), note
     calls: list[int] = []
-    for plan in case.op.last_plan.plans:
-        if plan is not None:  # count the partition runs: each phase's loop runs k times
-            real = plan.compiled
-            monkeypatch.setattr(plan, "compiled", type("Counted", (), {
+    plan = case.op.last_plan
+    for holder in plan.plans + plan.sums:  # a phase that adds: its op fused with the sum
+        if holder is not None:  # count the partition runs: each phase's loop runs k times
+            real = holder.compiled
+            monkeypatch.setattr(holder, "compiled", type("Counted", (), {
                 "time_loop": lambda self, a, o, k, real=real: (calls.append(k), real.time_loop(a, o, k))[1]})())
     run, _ = peers.native_runner(case)
     assert run(3) >= 0.0
-    assert calls == [3] * sum(p is not None for p in case.op.last_plan.plans) and len(calls) > 1
+    assert calls == [3] * sum(p is not None for p in plan.plans) and len(calls) > 1
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,8 @@ def test_depth_taps_match_the_reference(seed: int, op: str, code: str) -> None:
     assert_close(got, want, code, reduction, str(cfg))
     out = np.full(got.shape[::-1], np.nan, got.dtype).T
     assert instance(*given, out=out) is out
-    np.testing.assert_array_equal(np.asarray(out, np.float64), np.asarray(got, np.float64))
+    # its windows' ops may add to it differently (a fused sum: onednn_convt.plan.SumPlan)
+    assert_close(out, want, code, reduction, f"out= in Fortran order: {cfg}")
     assert_close(instance(*spread(given)), want, code, reduction, f"strided inputs: {cfg}")
 
 
@@ -118,7 +119,7 @@ def test_merged_samples_match_the_reference(monkeypatch: pytest.MonkeyPatch, cfg
         assert_close(got, want, "f32", reduction, str(one))
         for out in (np.full(got.shape[::-1], np.nan, got.dtype).T, np.full(got.shape, np.nan, got.dtype)):
             assert instance(*given, out=out) is out
-            np.testing.assert_array_equal(out, got)
+            assert_close(out, want, "f32", reduction, f"out= of strides {out.strides}: {one}")
         assert_close(instance(*spread(given)), want, "f32", reduction, f"strided inputs: {one}")
     if op != BWD_W:  # a weights gradient sums over the samples
         assert one.n == 3

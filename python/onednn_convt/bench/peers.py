@@ -50,17 +50,21 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
     phases = getattr(plan.lowering, "phases", None)
     if not phases:
         return _plan_runner(plan, arrays)
-    runners, notes = [], {"phases only (no fills, sums or final BiasAdd)"}
+    runners, notes = [], {"phases only (no fills, NumPy sums or final BiasAdd)"}
     result = np.empty(plan.lowering.out_shape, np.float32 if plan.emulated else plan.dtype)
     if plan.emulated:  # the f32 phases on f32 copies
         arrays = [dtypes.to_f32(a) if isinstance(a, np.ndarray) and a.dtype == plan.dtype else a for a in arrays]
         notes.add("f32 kernels only (no conversions)")
-    for phase, sub in zip(phases, plan.plans):
+    sums = plan.sums or [None] * len(phases)
+    for phase, sub, adds in zip(phases, plan.plans, sums):
         if sub is None:
             continue
         view = window(result, phase.out)
-        target = view if not phase.accumulate and writable_as_given(view) else None
-        run, note = _plan_runner(sub, phase.args(arrays), target)
+        if adds is not None:  # the op with its sum into the view, one partition
+            run, note = _sum_runner(adds, phase.args(arrays), view)
+        else:
+            target = view if not phase.accumulate and writable_as_given(view) else None
+            run, note = _plan_runner(sub, phase.args(arrays), target)
         runners.append(run)
         notes.update(filter(None, note.split("; ")))
 
@@ -92,6 +96,19 @@ def _plan_runner(plan: Any, arrays: list[Any], target: Optional[np.ndarray] = No
         return float(compiled.time_loop(args, out, k))
 
     return run, "; ".join(notes)
+
+
+def _sum_runner(adds: Any, arrays: list[Any], view: np.ndarray) -> tuple[BatchRunner, str]:
+    """The loop over a phase's op fused with its sum into ``view`` (a SumPlan)."""
+    args = adds.lowering.library_args(arrays, False)
+    if adds.fixers:
+        args = [f(a) if f else a for f, a in zip(adds.fixers, args)]
+    compiled = adds.compiled
+
+    def run(k: int) -> float:
+        return float(compiled.time_loop(args + [view], view, k))
+
+    return run, ""
 
 
 # -- PyTorch ------------------------------------------------------------------------------
