@@ -86,14 +86,18 @@ class Plan:
         """Whether the library writes the result itself (no emulation, no finishing step)."""
         return not self.emulated and self.lowering.finish is None
 
+    def library_inputs(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """The library op's inputs for the call's ``arrays``: the lowering's (in f32 where
+        emulated), each as oneDNN can read it (``fixers``)."""
+        args = self.lowering.library_args(arrays, self.emulated)
+        return [f(a) if f else a for f, a in zip(self.fixers, args)] if self.fixers else args
+
     def run(self, arrays: Sequence[Any], out: Optional[np.ndarray], guarded: bool = True) -> np.ndarray:
         """The call's result (in ``out`` where given). ``guarded=False`` skips the check of
         a native bf16/f16 result for Inf and NaN (``_guarded``): a polyphase op checks its
         whole dst once instead of each phase's strided view."""
         low = self.lowering
-        args = low.library_args(arrays, self.emulated)
-        if self.fixers:
-            args = [f(a) if f else a for f, a in zip(self.fixers, args)]
+        args = self.library_inputs(arrays)
         fill = limits.debug_fill()  # debug mode: outputs start as NaN, so unwritten elements show
         if self.direct:
             if out is None:
@@ -243,20 +247,19 @@ class SumPlan:
     part and NumPy's add of it (one thread). The sum is NumPy's to an ulp: where the
     kernel adds the window's values after its own sum (AVX-512's brdgmm_dw, by
     ONEDNN_VERBOSE) bit for bit, where it starts its sum from them (AVX2's jit_dw) one ulp
-    apart in places. Measured on an AMD Zen4 (2 threads, f32, 8x128 channels on
-    8^3, depthwise k3 s1 p1 NXC BackwardData as depth taps, alternated): 0.52-0.63 ms a call
-    with parts, 0.43-0.53 so."""
+    apart in places. Measured on an AMD Zen4 (2 threads; the same plans with fused sums
+    and with NumPy's parts, alternated: ``benchmarks/sums_ab.py``): 80 NXC 3-D depthwise
+    configurations as depth taps 1.20x less time (geomean; min 1.01), DCGAN's k4 s2 NXC
+    BackwardData as polyphase 1.06x."""
 
     compiled: Any
-    lowering: Lowering
-    fixers: list[Optional[Callable[[np.ndarray], np.ndarray]]]
+    #: the phase's own plan (its op alone), whose inputs this one takes
+    plan: Plan
 
     def run(self, arrays: Sequence[Any], view: np.ndarray, keep: tuple[int, ...] = ()) -> None:
         """Add the op's result on ``arrays`` to ``view``; the indices ``keep`` along its first
         axis keep their values (``Phase.zero``: planes the op's result must not reach)."""
-        args = self.lowering.library_args(arrays, False)
-        if self.fixers:
-            args = [f(a) if f else a for f, a in zip(self.fixers, args)]
+        args = self.plan.library_inputs(arrays)
         kept = view[list(keep)] if keep else None  # a copy (an index list)
         self.compiled.execute(args + [view], view)
         if kept is not None:
@@ -280,8 +283,7 @@ def sum_plan(plan: Any, arrays: Sequence[Any], view: np.ndarray, code: str, cons
     if low is None or low.kind not in SUM_FUSING_KINDS or not plan.direct or low.library_shape \
             or low.bias_stage or low.host_bias is not None or not strides_.nested(view) or strides_.needs_copy(view):
         return None
-    args = low.library_args(arrays, False)
-    fixed = [f(a) if f else a for f, a in zip(plan.fixers, args)] if plan.fixers else args
+    fixed = plan.library_inputs(arrays)
     window = describe(view, code)
     n = len(fixed)
     nodes = [(low.kind, low.attrs, list(range(n)), window), ("Add", {}, [-1, n], window)]
@@ -294,7 +296,7 @@ def sum_plan(plan: Any, arrays: Sequence[Any], view: np.ndarray, code: str, cons
         return None
     if compiled.partitions != 1 or n not in compiled.inplace_inputs:
         return None
-    return SumPlan(compiled, low, plan.fixers)
+    return SumPlan(compiled, plan)
 
 
 #: for the benchmark's native loop, which rebuilds a phased plan's outputs as it does

@@ -78,9 +78,7 @@ def _plan_runner(plan: Any, arrays: list[Any], target: Optional[np.ndarray] = No
     """The loop over one plan's partition, writing ``target`` where the plan was compiled
     for it (a phase's view of the result), else a dense buffer."""
     low = plan.lowering
-    args = low.library_args(arrays, plan.emulated)
-    if plan.fixers:
-        args = [f(a) if f else a for f, a in zip(plan.fixers, args)]
+    args = plan.library_inputs(arrays)
     if target is not None and plan.direct and not low.library_shape:
         out = target
     else:
@@ -100,9 +98,7 @@ def _plan_runner(plan: Any, arrays: list[Any], target: Optional[np.ndarray] = No
 
 def _sum_runner(adds: Any, arrays: list[Any], view: np.ndarray) -> tuple[BatchRunner, str]:
     """The loop over a phase's op fused with its sum into ``view`` (a SumPlan)."""
-    args = adds.lowering.library_args(arrays, False)
-    if adds.fixers:
-        args = [f(a) if f else a for f, a in zip(adds.fixers, args)]
+    args = adds.plan.library_inputs(arrays)
     compiled = adds.compiled
 
     def run(k: int) -> float:
