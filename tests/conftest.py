@@ -46,11 +46,12 @@ def hand_rules(monkeypatch):
     lowering the table may pick is checked against the reference by
     tests/test_lowering_candidates.py, and the table itself by tests/test_rules_table.py."""
     from onednn_convt import lowering
-    from onednn_convt.lowering import rules_table
+    from onednn_convt.lowering import depth_taps, rules_table
 
     for module in lowering.MEASURED_APART.values():  # measured too: the lifted form's and depth taps' rules
         monkeypatch.setattr(module, "MEASURED_ON", {})
         monkeypatch.setattr(module, "ELSEWHERE", None)
+    monkeypatch.setattr(depth_taps, "CHANNELS_LAST_ON", {})  # and the channels-last depth taps'
     monkeypatch.setattr(rules_table, "TABLES", {})
     monkeypatch.setattr(rules_table, "DEFAULT", None)
     monkeypatch.setattr(rules_table, "_use_shipped_default", False)

@@ -17,6 +17,7 @@ from onednn_convt.lowering import base, depth_taps
 
 #: the shipped rules, kept before the tests' fixture (conftest.hand_rules) takes them out
 MEASURED_ON, ELSEWHERE = dict(depth_taps.MEASURED_ON), depth_taps.ELSEWHERE
+CHANNELS_LAST_ON = dict(depth_taps.CHANNELS_LAST_ON)
 
 FWD, BWD_D, BWD_W = OPS
 
@@ -280,9 +281,11 @@ def test_the_rules_choose_them_where_they_ran_faster(monkeypatch: pytest.MonkeyP
     """Each CPU where they were measured has its rule (:data:`depth_taps.MEASURED_ON`, keyed
     by microarchitecture and dispatch ISA class as the tables are), and another CPU takes
     them where they won on every one of those (``depth_taps.faster_everywhere``); a bf16
-    problem takes them in f32."""
+    problem takes them in f32. (The channels-last taps, which come first where their own rule
+    takes them, are left out here: the next test.)"""
     monkeypatch.setattr(depth_taps, "MEASURED_ON", dict(MEASURED_ON))
     monkeypatch.setattr(depth_taps, "ELSEWHERE", ELSEWHERE)
+    monkeypatch.setattr(depth_taps, "CHANNELS_LAST_ON", {})
     as_if_on(monkeypatch, *machine)
     name = base.DEPTH_TAPS + ("" if code == "f32" else lowering.IN_F32)
     overlapping = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4,
@@ -298,6 +301,42 @@ def test_the_rules_choose_them_where_they_ran_faster(monkeypatch: pytest.MonkeyP
         cfg = kinds[kind].with_(data_format=fmt, weights_format="XOI" if fmt == "NXC" else "IOX")
         p = _problem(cfg, code, op)
         assert (lowering.rule(p) == name) is taps, (op, fmt, kind, lowering.rule(p))
+
+
+#: per CPU, the kinds of NCX layer (as in RULES) where the rules take the channels-last depth
+#: taps: the Zen4's at a depth stride of 1; no CPU that did not measure them
+CHANNELS_LAST_RULES = {
+    ("zen4", "avx512_core_bf16"): {"stride1": True, "overlapping": False, "tiled": False},
+    ("zen3", "avx2"): {"stride1": False, "overlapping": False},
+    ("zen5", "avx512_core_bf16"): {"stride1": False},
+}
+
+
+@pytest.mark.parametrize("machine", sorted(CHANNELS_LAST_RULES))
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+def test_the_rules_take_the_channels_last_taps_where_they_ran_faster(
+        monkeypatch: pytest.MonkeyPatch, code: str, machine: tuple[str, str]) -> None:
+    """An NCX problem whose NXC taps merge its samples has the channels-last depth taps
+    (in f32 for bf16), which the rules take where they were measured faster
+    (``depth_taps.CHANNELS_LAST_ON``), on every op; NXC problems and NCX ones whose NXC
+    taps do not merge (a strided forward) lack them."""
+    monkeypatch.setattr(depth_taps, "MEASURED_ON", dict(MEASURED_ON))
+    monkeypatch.setattr(depth_taps, "ELSEWHERE", ELSEWHERE)
+    monkeypatch.setattr(depth_taps, "CHANNELS_LAST_ON", dict(CHANNELS_LAST_ON))
+    as_if_on(monkeypatch, *machine)
+    name = base.DEPTH_TAPS_CHANNELS_LAST + ("" if code == "f32" else lowering.IN_F32)
+    overlapping = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4,
+                         groups=4)
+    kinds = {"overlapping": overlapping, "stride1": overlapping.with_(kernel=(3, 3, 3), strides=1),
+             "tiled": overlapping.with_(kernel=(2, 2, 2), pads_begin=(0, 0, 0), pads_end=(0, 0, 0))}
+    for kind, taken in CHANNELS_LAST_RULES[machine].items():
+        for op in OPS:
+            p = _problem(kinds[kind], code, op)
+            has = name in lowering.candidates(p)
+            assert has is (op != FWD or kind == "stride1"), (kind, op)
+            assert (lowering.rule(p) == name) is (taken and has), (kind, op, lowering.rule(p))
+            nxc = _problem(kinds[kind].with_(data_format="NXC", weights_format="XOI"), code, op)
+            assert not any(n.startswith(base.DEPTH_TAPS_CHANNELS_LAST) for n in lowering.candidates(nxc))
 
 
 def test_a_bf16_forward_follows_the_zen4s_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:

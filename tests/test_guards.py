@@ -211,7 +211,7 @@ def test_info_names_the_dispatched_isa_and_its_guards(level, expected):
     isa, names, used = json.loads(out.stdout)
     assert set(used) == {"cpu", "table", "table_sha256", "why", "small_calls", "fallback_measured_on",
                          "measured_apart"} and used["table"]  # a table, or the default
-    assert set(used["measured_apart"]) == {"Lifted to 2-D", "Depth taps"}
+    assert set(used["measured_apart"]) == {"Lifted to 2-D", "Depth taps", "Channels-last depth taps"}
     assert len(used["table_sha256"]) == 64 and int(used["table_sha256"], 16) >= 0  # the shipped file's SHA-256
     if isa != level.lower():
         pytest.skip(f"this CPU lacks {level}")

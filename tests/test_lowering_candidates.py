@@ -41,6 +41,12 @@ EXTRA = [
     Config(src=(2, 3, 2), kernel=(3, 3, 2), strides=(3, 1, 2), dilations=(2, 1, 1), pads_begin=(3, 1, 0),
            pads_end=(4, 1, 0), n=3, ic=2, oc=2, groups=2, data_format="NXC", weights_format="IOX",
            name="3d_depthwise_per_plane"),
+    # NCX 3-D depthwise whose NXC problem's taps run over every sample's planes: those taps
+    # between reorders (channels-last depth taps), stride 1 with a bias, and k4 s2 p1
+    Config(src=(4, 3, 2), kernel=(3, 3, 2), pads_begin=(1, 1, 0), pads_end=(1, 1, 0), n=3, ic=4, oc=4, groups=4,
+           bias=True, name="3d_depthwise_ncx_merging"),
+    Config(src=(3, 2, 2), kernel=(4, 2, 2), strides=(2, 1, 1), pads_begin=(1, 0, 0), pads_end=(1, 0, 0), n=2,
+           ic=2, oc=2, groups=2, name="3d_depthwise_ncx_k4s2"),
     # stride = kernel, no pads: the tiles MatMul
     Config(src=(3, 4), kernel=(2, 2), strides=2, ic=5, oc=3, name="2d_tiles"),
     Config(src=(2, 3, 2), kernel=(2, 2, 2), strides=2, ic=3, oc=4, data_format="NXC", weights_format="XOI",
@@ -126,7 +132,9 @@ def test_extra_cases_reach_the_rarer_candidates():
                    (FWD, base.CONVOLUTION_BACKWARD_DATA), (BWD_D, base.FRAMES),
                    (BWD_D, base.CONV_TRANSPOSE_BACKWARD_DATA), (BWD_D, base.TILES), (BWD_W, base.FRAMES),
                    (BWD_W, base.CONVOLUTION_BACKWARD_WEIGHTS), (FWD, base.CHANNELS_LAST), (BWD_D, base.CHANNELS_LAST),
-                   (BWD_W, base.CHANNELS_LAST), (FWD, base.LIFTED), (BWD_D, base.LIFTED), (BWD_W, base.LIFTED)]:
+                   (BWD_W, base.CHANNELS_LAST), (FWD, base.LIFTED), (BWD_D, base.LIFTED), (BWD_W, base.LIFTED),
+                   (FWD, base.DEPTH_TAPS_CHANNELS_LAST), (BWD_D, base.DEPTH_TAPS_CHANNELS_LAST),
+                   (BWD_W, base.DEPTH_TAPS_CHANNELS_LAST)]:
         assert wanted in seen, wanted
 
 

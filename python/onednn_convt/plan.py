@@ -181,7 +181,22 @@ class PhasedPlan:
         a 1M-element bf16 dst: 56 ms against 2 ms). Where dst holds one, the phases run
         again, each checked and redone in f32 where it needs to be (``Plan._guarded``).
         An emulated plan (``"Polyphase in f32"``) converts the inputs to f32 once, runs
-        its f32 phases into a fresh dense f32 result and rounds that once into ``out``."""
+        its f32 phases into a fresh dense f32 result and rounds that once into ``out``. A
+        channels-last one (the lowering's ``prepare``: :mod:`.lowering.channels_last`) runs
+        them on the reordered activations, and reorders a result that is one back."""
+        low = self.lowering
+        if low.prepare is None:
+            return self._run(arrays, out)
+        moved = low.prepare(list(arrays))
+        if low.finish is None:  # BackwardWeights: the weights gradient, as the call's
+            return self._run(moved, out)
+        result = low.finish(self._run(moved, None), moved)
+        if out is None:
+            return result
+        np.copyto(out, result)
+        return out
+
+    def _run(self, arrays: Sequence[Any], out: Optional[np.ndarray]) -> np.ndarray:
         if self.emulated:
             f32 = [dtypes.to_f32(a) if _low_precision(a) else a for a in arrays]
             return dtypes.round_f32(self._run_phases(f32, None, guarded=False), self.dtype, out)
@@ -196,7 +211,7 @@ class PhasedPlan:
 
     def _run_phases(self, arrays: Sequence[Any], out: Optional[np.ndarray], guarded: bool) -> np.ndarray:
         compute = np.dtype(np.float32) if self.emulated else self.dtype
-        result = memory.empty(self.lowering.out_shape, compute) if out is None else out
+        result = memory.empty(self.lowering.library_out_shape, compute) if out is None else out
         bias = arrays[2] if self.bias_axis is not None else None
         after = bias is not None and self.lowering.bias_stage
         with np.errstate(invalid="ignore", over="ignore"):  # parts summed as IEEE sums (Inf - Inf: NaN)
@@ -384,6 +399,13 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
     dtype = dtypes.FLOAT_DTYPES[code]
     if out is not None:
         target.check_out(arrays, out, lowering.out_shape, dtype)
+    if lowering.prepare is not None:  # channels-last: the NXC problem's phases on reordered arrays
+        _check_addressable(target, lowering)
+        limits.check_memory(target.op_name, lowering, arrays, out, dtype, emulated=lowering.f32_only and code != "f32")
+        inner = replace(lowering, prepare=None, finish=None, library_shape=(), out_shape=lowering.library_out_shape)
+        nxc = replace(target, bias_format="NXC" if target.bias_format else None)
+        written = out if lowering.finish is None else None  # a weights gradient, as the call's
+        return replace(_phased_plan(nxc, inner, lowering.prepare(list(arrays)), written, code), lowering=lowering)
     if lowering.f32_only and code != "f32":
         _check_addressable(target, lowering)
         limits.check_memory(target.op_name, lowering, arrays, out, dtype, emulated=True)

@@ -51,7 +51,10 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
     if not phases:
         return _plan_runner(plan, arrays)
     runners, notes = [], {"phases only (no fills, NumPy sums or final BiasAdd)"}
-    result = np.empty(plan.lowering.out_shape, np.float32 if plan.emulated else plan.dtype)
+    if plan.lowering.prepare is not None:  # channels-last depth taps: the phases on reordered arrays
+        arrays = plan.lowering.prepare(arrays)
+        notes.add("no reorders")
+    result = np.empty(plan.lowering.library_out_shape, np.float32 if plan.emulated else plan.dtype)
     if plan.emulated:  # the f32 phases on f32 copies
         arrays = [dtypes.to_f32(a) if isinstance(a, np.ndarray) and a.dtype == plan.dtype else a for a in arrays]
         notes.add("f32 kernels only (no conversions)")

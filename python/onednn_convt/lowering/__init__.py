@@ -14,7 +14,8 @@ package does the rest:
   once), the polyphase form there is where the CPU has no native kernels for the dtype;
   a 3-D depthwise one its depth taps (:mod:`.depth_taps`: 2-D ops on plane views, summed;
   ``"Depth taps in f32"`` for bf16/f16), which the rules choose where they were measured
-  faster;
+  faster, and an NCX one whose NXC taps merge its samples those taps between reorders
+  (``"Channels-last depth taps"``);
 - an NCX problem also has its channels-last form (:mod:`.channels_last`: the NXC problem's
   library op between reorders of the activations), the NXC op chosen by the rules;
 - a bf16/f16 problem also has each library op computed in f32 (``"<name> in f32"``: the
@@ -36,7 +37,7 @@ from typing import Callable, Optional
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
 from . import backward_data, backward_weights, base, channels_last, depth_taps, forward, lifted, per_group, polyphase, rules
-from .base import CHANNELS_LAST, DEPTH_TAPS, LIFTED, MATMUL, PER_GROUP, POLYPHASE, Lowering
+from .base import CHANNELS_LAST, DEPTH_TAPS, DEPTH_TAPS_CHANNELS_LAST, LIFTED, MATMUL, PER_GROUP, POLYPHASE, Lowering
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
 
@@ -88,6 +89,8 @@ def measured_apart() -> dict[str, str]:
             out[name] = f"not measured on {here[0]} at {here[1] or 'its ISA'}: where it ran faster on every CPU measured ({measured})"
         else:
             out[name] = "none: the tables choose"
+    out[DEPTH_TAPS_CHANNELS_LAST] = (f"this CPU's own rule ({here[0]} at {here[1]})" if here in depth_taps.CHANNELS_LAST_ON
+                                     else f"not measured on {here[0]} at {here[1] or 'its ISA'}: the tuner's alone")
     return out
 
 
@@ -124,11 +127,16 @@ def _valid(p: Problem, native: bool) -> list[str]:
         names.append(DEPTH_TAPS)
     if depth_taps.applies_in_f32(p) and not native:
         names.append(DEPTH_TAPS + IN_F32)
+    if depth_taps.applies_channels_last(p):
+        names.append(DEPTH_TAPS_CHANNELS_LAST)
+    if depth_taps.applies_channels_last_in_f32(p) and not native:
+        names.append(DEPTH_TAPS_CHANNELS_LAST + IN_F32)
     return names
 
 
 #: the lowerings made of several ops (a part of one cannot be one of them)
-_PARTED = (POLYPHASE, POLYPHASE + IN_F32, PER_GROUP, DEPTH_TAPS, DEPTH_TAPS + IN_F32)
+_PARTED = (POLYPHASE, POLYPHASE + IN_F32, PER_GROUP, DEPTH_TAPS, DEPTH_TAPS + IN_F32, DEPTH_TAPS_CHANNELS_LAST,
+           DEPTH_TAPS_CHANNELS_LAST + IN_F32)
 
 
 def _part_rule(p: Problem) -> str:
@@ -168,7 +176,11 @@ def build(p: Problem, name: str) -> Lowering:
         return replace(per_group.build(p, lambda sub: build(sub, _part_rule(sub))), single_thread=small)
     if name == DEPTH_TAPS:  # each tap's 2-D problem lowered by the rules
         return replace(depth_taps.build(p, lambda sub: build(sub, _part_rule(sub))), single_thread=small)
-    if name in (POLYPHASE + IN_F32, DEPTH_TAPS + IN_F32):  # the f32 problem's parts, its inputs converted once
+    if name == DEPTH_TAPS_CHANNELS_LAST:  # the NXC problem's depth taps, between reorders
+        taps = build(channels_last.nxc_problem(p), DEPTH_TAPS)
+        return replace(channels_last.build(p, taps), name=name, single_thread=small)
+    if name in (POLYPHASE + IN_F32, DEPTH_TAPS + IN_F32, DEPTH_TAPS_CHANNELS_LAST + IN_F32):
+        # the f32 problem's parts, its inputs converted once
         return replace(build(replace(p, dtype="f32"), name[: -len(IN_F32)]), f32_only=True, name=name)
     if name == CHANNELS_LAST:
         q = channels_last.nxc_problem(p)

@@ -216,3 +216,6 @@ CHANNELS_LAST = "Channels-last"
 LIFTED = "Lifted to 2-D"
 #: a 3-D depthwise call as 2-D ones, one per depth tap (:mod:`.depth_taps`)
 DEPTH_TAPS = "Depth taps"
+#: an NCX 3-D depthwise call as the depth taps of its NXC problem, between reorders of the
+#: activations (:func:`.depth_taps.applies_channels_last`)
+DEPTH_TAPS_CHANNELS_LAST = "Channels-last depth taps"

@@ -64,8 +64,10 @@ def nxc_problem(p: Problem) -> Problem:
 
 def build(p: Problem, inner: Lowering) -> Lowering:
     """The channels-last lowering of ``p`` (:func:`applies`) around ``inner``, a lowering of
-    :func:`nxc_problem` that :func:`~onednn_convt.lowering.base.one_library_op` accepts."""
-    assert applies(p) and base.one_library_op(inner), (p.data_format, inner.name)
+    :func:`nxc_problem` that :func:`~onednn_convt.lowering.base.one_library_op` accepts,
+    or one made of phases (:data:`~onednn_convt.lowering.base.DEPTH_TAPS_CHANNELS_LAST`),
+    whose plan runs them on the reordered arrays (:class:`onednn_convt.plan.PhasedPlan`)."""
+    assert applies(p) and (base.one_library_op(inner) or inner.phases), (p.data_format, inner.name)
     moved = activations(p)
     at = [j for j, i in enumerate(inner.inputs) if i in moved]  # the activations among the library's inputs
     copied = [p.input_shapes[inner.inputs[j]] for j in at]

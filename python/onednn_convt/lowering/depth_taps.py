@@ -41,7 +41,7 @@ from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Geometry, Problem
-from . import base, rules
+from . import base, channels_last, rules
 from .base import Lowering, Phase, View
 
 #: the most 2-D ops (each a library call) a problem may split into
@@ -99,10 +99,14 @@ def _merges(p: Problem, r: tuple[int, int, int, int]) -> bool:
     forward merges at a depth stride of 1 only: strided, each op adds its result to every
     ``s``-th dst plane, and the larger runs ran slower (0.62-0.97x on 8 of 10 strided layers
     on an AMD Zen4; :data:`MERGED_BYTES`)."""
+    return merged_runs(p) and (p.op != BACKWARD_WEIGHTS or r[2] == p.src[0])
+
+
+def merged_runs(p: Problem) -> bool:
+    """Whether ``p``'s taps run over every sample's planes at once (:func:`_merges`): NXC,
+    ``s`` dst planes per src plane, a forward at a depth stride of 1 only."""
     s = p.geometry.strides[0]
-    if p.data_format != "NXC" or p.dst[0] != s * p.src[0] or (p.op == FORWARD and s > 1):
-        return False
-    return p.op != BACKWARD_WEIGHTS or r[2] == p.src[0]
+    return p.data_format == "NXC" and p.dst[0] == s * p.src[0] and not (p.op == FORWARD and s > 1)
 
 
 def _runs(p: Problem, r: tuple[int, int, int, int]) -> tuple[int, int, int]:
@@ -150,6 +154,29 @@ def applies_in_f32(p: Problem) -> bool:
     converted to f32 once, the f32 parts summed, the result rounded once, as
     ``"Polyphase in f32"`` is)."""
     return p.dtype in ("bf16", "f16") and fits(p)
+
+
+def _fits_channels_last(p: Problem) -> bool:
+    """Whether NCX ``p``'s NXC problem splits so, its taps over every sample's planes."""
+    if not channels_last.applies(p):
+        return False
+    q = channels_last.nxc_problem(p)
+    return fits(q) and merged_runs(q)
+
+
+def applies_channels_last(p: Problem) -> bool:
+    """Whether ``p`` has the depth taps of its NXC problem between reorders of its
+    activations (:data:`.base.DEPTH_TAPS_CHANNELS_LAST`): an f32 NCX problem whose NXC
+    problem's taps run over every sample's planes (:func:`merged_runs`). The NCX taps run
+    one op per sample or plane, their 2-D kernels on views with swapped axes, and oneDNN 3.2
+    adds no sum in place there (:class:`onednn_convt.plan.SumPlan`)."""
+    return p.dtype == "f32" and _fits_channels_last(p)
+
+
+def applies_channels_last_in_f32(p: Problem) -> bool:
+    """Whether ``p`` has them computed in f32: a bf16/f16 problem that
+    :func:`applies_channels_last` would take in f32."""
+    return p.dtype in ("bf16", "f16") and _fits_channels_last(p)
 
 
 def faster_on_zen3(p: Problem) -> bool:
@@ -217,10 +244,33 @@ MEASURED_ON: dict[tuple[str, str], rules.MeasuredRule] = {
 ELSEWHERE: Optional[rules.MeasuredRule] = faster_everywhere
 
 
+def channels_last_faster_on_zen4(p: Problem) -> bool:
+    """Where the channels-last depth taps ran faster than the rules' other choices on an
+    AMD Zen4 (2 threads; the NCX configurations of the 30 3-D depthwise layers where they
+    apply, f32 and bf16, every op, alternated; ``benchmarks/lowering_ab.py --without
+    "Channels-last depth taps"``, ``results/zen4/ab-channels-last-depth-taps-*.json``): at a
+    depth stride of 1, f32 2.24x (33 configurations, min 1.07: the forward 1.91x,
+    BackwardData 1.95x, BackwardWeights 3.01x), bf16 2.24x (min 1.24). Strided, they lost
+    (f32 0.82x over 24, bf16 0.77x; k4 s4 and k2 s2 0.20-0.72x): the rules keep the NCX
+    choices there."""
+    return p.geometry.strides[0] == 1
+
+
+#: where the rules take the channels-last depth taps (:func:`applies_channels_last`), by the
+#: CPU on which that was measured; on any other CPU they do not (the tuner times them)
+CHANNELS_LAST_ON: dict[tuple[str, str], rules.MeasuredRule] = {
+    ("zen4", "avx512_core_bf16"): channels_last_faster_on_zen4,
+}
+
+
 def choice(p: Problem, names: Sequence[str]) -> Optional[str]:
     """The rules' lowering of ``p`` where the depth taps decide it (one of ``names``: the
-    lowering, or in f32 that of a bf16/f16 problem), else None: for the problems where it ran
-    faster on this CPU (:data:`MEASURED_ON`, else :data:`ELSEWHERE`)."""
+    lowering, or in f32 that of a bf16/f16 problem), else None: the channels-last taps where
+    they ran faster on this CPU (:data:`CHANNELS_LAST_ON`), else the taps for the problems
+    where they ran faster on this CPU (:data:`MEASURED_ON`, else :data:`ELSEWHERE`)."""
+    reordered = next((n for n in names if n.startswith(base.DEPTH_TAPS_CHANNELS_LAST)), None)
+    if reordered is not None and rules.measured_here(CHANNELS_LAST_ON, None, p):
+        return reordered
     name = next((n for n in names if n.startswith(base.DEPTH_TAPS)), None)
     return name if name is not None and rules.measured_here(MEASURED_ON, ELSEWHERE, p) else None
 
