@@ -70,6 +70,43 @@ def test_depth_taps_match_the_reference(seed: int, op: str, code: str) -> None:
     assert_close(instance(*spread(given)), want, code, reduction, f"strided inputs: {cfg}")
 
 
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("seed", range(4))
+def test_channels_last_taps_match_the_reference(monkeypatch: pytest.MonkeyPatch, seed: int, op: str,
+                                               code: str) -> None:
+    """Random NCX geometries whose NXC taps merge (auto_pad SAME, or k = s): the NXC taps
+    between reorders (in f32 for bf16), for a fresh result, an out= full of NaN in Fortran
+    order and strided inputs."""
+    rng = np.random.default_rng(200 + seed)
+    name = base.DEPTH_TAPS_CHANNELS_LAST + ("" if code == "f32" else lowering.IN_F32)
+    rule = lowering.rule
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: name if name in lowering.candidates(
+        p, native=native) else rule(p, native=native, phase=phase))
+    fixed = {"data_format": "NCX", "weights_format": ("IOX", "XOI")[seed % 2], "groups": "depthwise"}
+
+    def choose(key: str, options: Any) -> Any:
+        if key == "auto_pad" and seed < 2:
+            return ("SAME_UPPER", "SAME_LOWER")[int(rng.integers(2))]
+        return fixed.get(key, options[int(rng.integers(len(options)))])
+
+    cfg = build_config(choose, rank=3)
+    while name not in lowering.candidates(_problem(cfg, code, op)):
+        cfg = build_config(choose, rank=3)
+    arrays = inputs_of(op, cfg.tensors(rng, code), cfg)
+    given = call_arrays(op, cfg, arrays)
+    want = reference(op, cfg, arrays)
+    reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
+    instance = op_of(op, cfg)
+    got = instance(*given)
+    assert (instance.lowering or "").endswith("(in NXC, reordered)" + ("" if code == "f32" else " (f32 emulation)"))
+    assert_close(got, want, code, reduction, str(cfg))
+    out = np.full(got.shape[::-1], np.nan, got.dtype).T
+    assert instance(*given, out=out) is out
+    assert_close(out, want, code, reduction, f"out= in Fortran order: {cfg}")
+    assert_close(instance(*spread(given)), want, code, reduction, f"strided inputs: {cfg}")
+
+
 def _tiled(kernel: int, stride: int, **geometry: Any) -> Config:
     """An NXC 3-D depthwise layer over 4 planes whose depth geometry is ``geometry``'s."""
     return Config(src=(4, 3, 2), kernel=(kernel, 3, 2), strides=(stride, 1, 1), n=3, ic=4, oc=4, groups=4,
