@@ -55,19 +55,27 @@ def test_depth_taps_match_the_reference(seed: int, op: str, code: str) -> None:
     cfg = _random_config(rng)
     while not depth_taps.fits(_problem(cfg, op=op)):
         cfg = _random_config(rng)
+    instance = _matches_the_reference(op, cfg, rng, code)
+    assert (instance.lowering or "").startswith(base.DEPTH_TAPS), instance.lowering
+
+
+def _matches_the_reference(op: str, cfg: Config, rng: np.random.Generator, code: str) -> Any:
+    """The op of ``cfg`` (returned) on random arrays gives the reference's values: a fresh
+    result, an out= full of NaN in Fortran order (every window a view of other strides,
+    whose ops may add to it differently: a fused sum, onednn_convt.plan.SumPlan) and the
+    inputs as every other element of larger arrays."""
     arrays = inputs_of(op, cfg.tensors(rng, code), cfg)
     given = call_arrays(op, cfg, arrays)
     want = reference(op, cfg, arrays)
     reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
     instance = op_of(op, cfg)
     got = instance(*given)
-    assert (instance.lowering or "").startswith(base.DEPTH_TAPS), instance.lowering
-    assert_close(got, want, code, reduction, str(cfg))
+    assert_close(got, want, code, reduction, f"{instance.lowering}: {cfg}")
     out = np.full(got.shape[::-1], np.nan, got.dtype).T
     assert instance(*given, out=out) is out
-    # its windows' ops may add to it differently (a fused sum: onednn_convt.plan.SumPlan)
     assert_close(out, want, code, reduction, f"out= in Fortran order: {cfg}")
     assert_close(instance(*spread(given)), want, code, reduction, f"strided inputs: {cfg}")
+    return instance
 
 
 @pytest.mark.parametrize("code", ["f32", "bf16"])
@@ -93,18 +101,8 @@ def test_channels_last_taps_match_the_reference(monkeypatch: pytest.MonkeyPatch,
     cfg = build_config(choose, rank=3)
     while name not in lowering.candidates(_problem(cfg, code, op)):
         cfg = build_config(choose, rank=3)
-    arrays = inputs_of(op, cfg.tensors(rng, code), cfg)
-    given = call_arrays(op, cfg, arrays)
-    want = reference(op, cfg, arrays)
-    reduction = {FWD: cfg.fwd_reduction, BWD_D: cfg.bwd_data_reduction, BWD_W: cfg.bwd_weights_reduction}[op]
-    instance = op_of(op, cfg)
-    got = instance(*given)
+    instance = _matches_the_reference(op, cfg, rng, code)
     assert (instance.lowering or "").endswith("(in NXC, reordered)" + ("" if code == "f32" else " (f32 emulation)"))
-    assert_close(got, want, code, reduction, str(cfg))
-    out = np.full(got.shape[::-1], np.nan, got.dtype).T
-    assert instance(*given, out=out) is out
-    assert_close(out, want, code, reduction, f"out= in Fortran order: {cfg}")
-    assert_close(instance(*spread(given)), want, code, reduction, f"strided inputs: {cfg}")
 
 
 def _tiled(kernel: int, stride: int, **geometry: Any) -> Config:
