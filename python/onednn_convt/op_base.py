@@ -67,7 +67,8 @@ class Op:
                 else len(low.phases)
             text = (f"{low.kind}{'+BiasAdd' if staged and plan.bias_axis is not None else ''} "
                     f"({count} {parts}: {', '.join(kinds) or 'the bias alone'})")
-            text += " (in NXC, reordered)" if low.prepare is not None else ""  # channels-last depth taps
+            if low.prepare is not None:  # channels-last depth taps: its phases in NXC
+                text += f" ({_wrapper_note(lowering.base.CHANNELS_LAST)})"
         else:
             text = str(low.kind) + ("+BiasAdd: 2 partitions" if staged else "")
             text += "+bias (core)" if getattr(low, "host_bias", None) is not None else ""

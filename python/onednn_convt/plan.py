@@ -226,8 +226,8 @@ class PhasedPlan:
                     continue
                 args = phase.args(arrays)
                 view = base.window(result, phase.out)
-                adds = self.sums[i] if self.sums and not guarded else None
-                if phase.accumulate and adds is not None:
+                adds = self.sums[i] if self.sums and not guarded else None  # only phases that accumulate
+                if adds is not None:
                     adds.run(args, view, phase.zero)
                 elif phase.accumulate:
                     part = plan.run(args, None, guarded)
@@ -296,7 +296,7 @@ def sum_plan(plan: Any, arrays: Sequence[Any], view: np.ndarray, code: str, cons
     kernel writes a blocked layout, which reads no window in place)."""
     low = plan.lowering if isinstance(plan, Plan) else None
     if low is None or low.kind not in SUM_FUSING_KINDS or not plan.direct or low.library_shape \
-            or low.bias_stage or low.host_bias is not None or not strides_.nested(view) or strides_.needs_copy(view):
+            or low.bias_stage or low.host_bias is not None or not strides_.nested(view):
         return None
     fixed = plan.library_inputs(arrays)
     window = describe(view, code)
