@@ -22,22 +22,15 @@ import argparse
 import json
 import math
 import statistics
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+from lowering_ab import _per_call_ms  # the sibling script's timer (this folder is on sys.path when run)
 
 from onednn_convt import cpu
 from onednn_convt.bench import suites
 from onednn_convt.tune import layers_from_json
-
-
-def _per_call_ms(f: Callable[[], Any], n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        f()
-    return (time.perf_counter() - start) / n * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
