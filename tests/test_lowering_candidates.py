@@ -47,6 +47,10 @@ EXTRA = [
            bias=True, name="3d_depthwise_ncx_merging"),
     Config(src=(3, 2, 2), kernel=(4, 2, 2), strides=(2, 1, 1), pads_begin=(1, 0, 0), pads_end=(1, 0, 0), n=2,
            ic=2, oc=2, groups=2, name="3d_depthwise_ncx_k4s2"),
+    # BackwardWeights as a MatMul over frames with IOX weights and activations in NXC: 2-D src
+    # of several positions, whose frames are copied in two steps (TWO_STEP_FRAMES)
+    Config(src=(3, 4), kernel=(3, 2), strides=2, dilations=(1, 2), pads_begin=(1, 0), pads_end=(0, 1), ic=4, oc=5,
+           data_format="NXC", weights_format="IOX", name="2d_nxc_iox_frames"),
     # stride = kernel, no pads: the tiles MatMul
     Config(src=(3, 4), kernel=(2, 2), strides=2, ic=5, oc=3, name="2d_tiles"),
     Config(src=(2, 3, 2), kernel=(2, 2, 2), strides=2, ic=3, oc=4, data_format="NXC", weights_format="XOI",
