@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import dtypes, memory, shapes
+from .permute import permuted
 
 #: the smallest problem (multiply-adds) that takes this lowering
 MIN_MACS = 1 << 22
@@ -36,16 +37,14 @@ MIN_MACS = 1 << 22
 #: the largest frames / diff_dst element ratio (about kernel / stride per spatial dim)
 MAX_FRAMES_RATIO = 16
 
-# TWO_STEP_FRAMES: IOX wants the frames with each channel's taps innermost, (N*X, OC, K).
-# Copied straight from the padded diff_dst, whose channels are innermost, that copy reads
-# one element per tap across the padded rows; in two copies, first the frames as they lie
-# (N*X, K, OC: runs of OC channels) and then each row's (K, OC) block transposed, the reads
-# stay in one small block. Measured with NumPy on an AMD Zen4 (best of 5, 2-byte and 4-byte
-# elements): 2-D and 3-D src of several positions 1.7-3.1x faster (DCGAN's 16x512x4x4 ->
-# 8x8 layer: 2.02 -> 0.70 ms in bf16); 1-D src and 1x1 src 0.81-0.92x, which keep the one
-# copy; XOI's (K*OC, N*X) in two copies 0.30-0.86x (NumPy's 2-D transpose is slower
-# still), which keeps it too. That DCGAN layer's bf16 BackwardWeights call: 3.84 -> 3.33 ms
-# (medians of 5 processes each, alternated; NCX and NXC alike).
+# IOX wants the frames with each channel's taps innermost, (N*X, OC, K). Copied straight
+# from the padded diff_dst, whose channels are innermost, that copy reads one element per tap
+# across the padded rows. Instead they are copied as they lie (N*X, K, OC: runs of OC
+# channels) and then transposed to (N*X, OC, K) by oneDNN's Reorder over the thread pool
+# (:mod:`.permute`). Measured on an AMD Zen4, 2 threads (best of 7): 1.4-6.2x faster in bf16
+# and f32 over 1-D, 2-D, 3-D and 1x1 src (DCGAN's 16x512x4x4 -> 8x8 layer in bf16: 1.73 ->
+# 0.29 ms). XOI's frames, (K*OC, N*X), keep the one copy: in two, the second a 2-D
+# transpose, they ran 0.67-2.45x.
 
 
 def applies(
@@ -86,7 +85,6 @@ def backward_weights(
     )
     inner = tuple(slice(pb, pb + y) for pb, y in zip(pads_begin, ys))
     rank = len(xs)
-    two_step = iox and rank > 1 and p > 1  # TWO_STEP_FRAMES
 
     def frames_of(dd: np.ndarray) -> np.ndarray:
         """(N, X..., K..., OC), a read-only view of a zero-padded (N, Y'..., OC) copy."""
@@ -102,21 +100,19 @@ def backward_weights(
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         dtype = args[0].dtype
         # 2-byte floats move as uint16 (NumPy copies ml_dtypes' bfloat16 about 25% slower)
-        src, dd = (a.view(np.uint16) for a in args) if dtype.itemsize == 2 else args
+        dd = args[1].view(np.uint16) if dtype.itemsize == 2 else args[1]
         frames = frames_of(dd)
         spatial = tuple(range(1, 1 + rank))  # the X axes of frames; taps follow them
         taps = tuple(range(1 + rank, 1 + 2 * rank))
+        src = args[0]  # (N, IC, X) or (N, X, IC), permuted by oneDNN's Reorder (:mod:`.permute`)
         if iox:  # src (IC, N*X) @ frames (N*X, OC*K)
-            rows = memory.contiguous(np.moveaxis(src, 1 if ncx else -1, 0)).reshape(ic, n * p)
-            if two_step:
-                taps_last = memory.contiguous(frames).reshape(n * p, k, oc)
-                cols = memory.contiguous(taps_last.transpose(0, 2, 1)).reshape(n * p, oc * k)
-            else:
-                cols = memory.contiguous(frames.transpose(0, *spatial, 1 + 2 * rank, *taps)).reshape(n * p, oc * k)
-        else:  # frames (K*OC, N*X) @ src (N*X, IC)
-            rows = memory.contiguous(frames.transpose(*taps, 1 + 2 * rank, 0, *spatial)).reshape(k * oc, n * p)
-            cols = memory.contiguous(np.moveaxis(src, 1, -1) if ncx else src).reshape(n * p, ic)
-        return [rows.view(dtype), cols.view(dtype)]
+            rows = permuted(src, (n, ic, p) if ncx else (n * p, ic), (1, 0, 2) if ncx else (1, 0))
+            cols = permuted(memory.contiguous(frames).view(dtype), (n * p, k, oc), (0, 2, 1))
+            return [rows.reshape(ic, n * p), cols.reshape(n * p, oc * k)]
+        # frames (K*OC, N*X) @ src (N*X, IC)
+        rows = memory.contiguous(frames.transpose(*taps, 1 + 2 * rank, 0, *spatial))
+        cols = permuted(src, (n, ic, p), (0, 2, 1)) if ncx else memory.contiguous(src)
+        return [rows.view(dtype).reshape(k * oc, n * p), cols.reshape(n * p, ic)]
 
     def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
         if not dtypes.all_finite(np.ascontiguousarray(arrays[0])):
@@ -128,7 +124,7 @@ def backward_weights(
         "prepare": prepare,
         "finish": finish,
         "library_shape": (ic, oc * k) if iox else (k * oc, ic),
-        # padded, frames (twice in two steps), src
-        "prepared_elems": n * math.prod(padded) * oc + (2 if two_step else 1) * n * p * oc * k + n * p * ic,
+        # padded, frames (IOX: twice), src
+        "prepared_elems": n * math.prod(padded) * oc + (2 if iox else 1) * n * p * oc * k + n * p * ic,
         "finish_elems": 0,  # a reshape (the redo of a non-finite src is the library's f32 op's)
     }
