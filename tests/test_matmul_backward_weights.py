@@ -55,9 +55,13 @@ def any_size(native_bf16, monkeypatch):
     monkeypatch.setattr(mbw, "MAX_FRAMES_RATIO", 10**9)
 
 
+@pytest.mark.parametrize("xoi_two_step", [False, True], ids=["xoi_one_copy", "xoi_two_steps"])
 @pytest.mark.parametrize("code", ["bf16"])
 @pytest.mark.parametrize("cfg", ruled_out_configs(40, 5), ids=str)
-def test_random_problems_match_the_reference(any_size, cfg, code):
+def test_random_problems_match_the_reference(any_size, monkeypatch, cfg, code, xoi_two_step):
+    """XOI's frames in one copy (small problems) and in two (every size forced)."""
+    if xoi_two_step:
+        monkeypatch.setattr(mbw, "XOI_TWO_STEP_FROM", 0)
     t = cfg.tensors(np.random.default_rng(3), code)
     op = make_op(cfg)
     got = op(t["src"], t["diff_dst"])
@@ -73,7 +77,15 @@ DCGAN_LIKE = [  # the DCGAN 4x4 -> 8x8 layer, fewer channels: above the size thr
 ]
 
 
-@pytest.mark.parametrize("cfg", DCGAN_LIKE, ids=str)
+#: frames of XOI_TWO_STEP_FROM elements: XOI copies them in two steps by its own size rule
+LARGE_FRAMES = [
+    Config(src=(4, 4), kernel=(4, 4), n=16, ic=16, oc=128, strides=2, pads_begin=1, pads_end=1,
+           data_format=df, weights_format="XOI")
+    for df in ("NCX", "NXC")
+]
+
+
+@pytest.mark.parametrize("cfg", DCGAN_LIKE + LARGE_FRAMES, ids=str)
 def test_a_model_layer_takes_it_by_the_rule(native_bf16, cfg):
     assert mbw.applies(cfg.src_shape, cfg.dst_shape, cfg.kernel, 1, cfg.data_format)
     t = cfg.tensors(np.random.default_rng(4), "bf16")

@@ -41,10 +41,15 @@ MAX_FRAMES_RATIO = 16
 # from the padded diff_dst, whose channels are innermost, that copy reads one element per tap
 # across the padded rows. Instead they are copied as they lie (N*X, K, OC: runs of OC
 # channels) and then transposed to (N*X, OC, K) by oneDNN's Reorder over the thread pool
-# (:mod:`.permute`). Measured on an AMD Zen4, 2 threads (best of 7): 1.4-6.2x faster in bf16
-# and f32 over 1-D, 2-D, 3-D and 1x1 src (DCGAN's 16x512x4x4 -> 8x8 layer in bf16: 1.73 ->
-# 0.29 ms). XOI's frames, (K*OC, N*X), keep the one copy: in two, the second a 2-D
-# transpose, they ran 0.67-2.45x.
+# (:mod:`.permute`). Measured on an AMD Zen4, 2 threads (best of 7, two runs): 1.4-6.2x
+# faster in bf16 and f32 over 1-D, 2-D, 3-D and 1x1 src (DCGAN's 16x512x4x4 -> 8x8 layer in
+# bf16: 1.73 -> 0.29 ms). XOI's frames, (K*OC, N*X), are then a 2-D transpose of the frames
+# as they lie: in bf16 from :data:`XOI_TWO_STEP_FROM` elements 1.3-4.3x faster (six shapes,
+# two runs); smaller, and in f32, it varied from run to run (0.2-5.5x), and the one copy
+# stays.
+
+#: the fewest frames elements (2-byte dtypes, XOI) copied in two steps (see above)
+XOI_TWO_STEP_FROM = 1 << 19
 
 
 def applies(
@@ -110,7 +115,10 @@ def backward_weights(
             cols = permuted(memory.contiguous(frames).view(dtype), (n * p, k, oc), (0, 2, 1))
             return [rows.reshape(ic, n * p), cols.reshape(n * p, oc * k)]
         # frames (K*OC, N*X) @ src (N*X, IC)
-        rows = memory.contiguous(frames.transpose(*taps, 1 + 2 * rank, 0, *spatial))
+        if dtype.itemsize == 2 and n * p * k * oc >= XOI_TWO_STEP_FROM:
+            rows = permuted(memory.contiguous(frames).view(dtype), (n * p, k * oc), (1, 0))
+        else:
+            rows = memory.contiguous(frames.transpose(*taps, 1 + 2 * rank, 0, *spatial))
         cols = permuted(src, (n, ic, p), (0, 2, 1)) if ncx else memory.contiguous(src)
         return [rows.view(dtype).reshape(k * oc, n * p), cols.reshape(n * p, ic)]
 
@@ -124,7 +132,7 @@ def backward_weights(
         "prepare": prepare,
         "finish": finish,
         "library_shape": (ic, oc * k) if iox else (k * oc, ic),
-        # padded, frames (IOX: twice), src
-        "prepared_elems": n * math.prod(padded) * oc + (2 if iox else 1) * n * p * oc * k + n * p * ic,
+        # padded, frames (twice in two steps: an upper bound for XOI), src
+        "prepared_elems": n * math.prod(padded) * oc + 2 * n * p * oc * k + n * p * ic,
         "finish_elems": 0,  # a reshape (the redo of a non-finite src is the library's f32 op's)
     }
