@@ -255,6 +255,9 @@ ESTIMATED = [
     (lambda: oc.ConvTranspose(strides=48, data_format="NCX", weights_format="IOX"), (np.ones((2, 8, 40)), np.ones((8, 6, 130)))),
     # bf16/f16: MatMul (frames), whose finish only reshapes (src no longer than the kernel)
     (lambda: oc.ConvTransposeBackwardWeights(strides=2), (np.ones((2, 4, 4, 128)), np.ones((2, 10, 10, 64)), (4, 4, 64, 128))),
+    # ... with IOX weights: its frames copied in two steps
+    (lambda: oc.ConvTransposeBackwardWeights(strides=2, weights_format="IOX"),
+     (np.ones((2, 4, 4, 128)), np.ones((2, 10, 10, 64)), (128, 64, 4, 4))),
     # NCX BackwardData, run as the channels-last lowering (reordered back)
     (lambda: oc.ConvTransposeBackwardData(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX"),
      (np.ones((2, 32, 32, 32)), np.ones((16, 32, 4, 4)))),  # (each array below the kept blocks, 1 MiB)
@@ -262,7 +265,8 @@ ESTIMATED = [
 
 
 @pytest.mark.parametrize(("make", "inputs"), ESTIMATED,
-                         ids=["conv_transpose", "matmul-bwd_d", "matmul-fwd", "frames-bwd_w", "channels-last-bwd_d"])
+                         ids=["conv_transpose", "matmul-bwd_d", "matmul-fwd", "frames-bwd_w", "frames-bwd_w-iox",
+                              "channels-last-bwd_d"])
 def test_estimate_matches_the_bytes_a_call_allocates(make, inputs, monkeypatch, request):
     """The MemoryError figure is what tracemalloc sees the call allocate (NumPy buffers), to
     within the library's own working copies, which NumPy does not see."""

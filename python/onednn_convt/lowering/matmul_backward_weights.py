@@ -132,7 +132,8 @@ def backward_weights(
         "prepare": prepare,
         "finish": finish,
         "library_shape": (ic, oc * k) if iox else (k * oc, ic),
-        # padded, frames (twice in two steps: an upper bound for XOI), src
-        "prepared_elems": n * math.prod(padded) * oc + 2 * n * p * oc * k + n * p * ic,
+        # padded, frames, src (frames copied in two steps: the first copy is freed before the
+        # library's result is allocated, the peak that the estimate stands for)
+        "prepared_elems": n * math.prod(padded) * oc + n * p * oc * k + n * p * ic,
         "finish_elems": 0,  # a reshape (the redo of a non-finite src is the library's f32 op's)
     }
