@@ -25,7 +25,12 @@ The product is oriented so that the weights are read as stored, never through a 
 view (oneDNN 3.2 reorders a transposed f32 weights matrix with a slow generic kernel: 2.2 ms
 of the 4.4 ms of the inverse-STFT layer, against 2.4 ms in all this way): IOX weights are
 the left matrix (IC, OC*k) and the frames are laid out (OC*k, N*L); XOI weights are the
-right matrix (k*OC, IC) and the frames (N, L, k*OC).
+right matrix (k*OC, IC) and the frames (N, L, k*OC). Copied from diff_dst as (N, L, OC),
+each IOX frame row walks its channel with a stride of s*OC elements: that one NumPy copy
+took 357 ms (NCX) and 306 ms (NXC) for HiFi-GAN's 8x256x8192 k16 s8 diff_dst (f32, an AMD
+Zen4, best of 3). So NCX diff_dst is padded as it lies, (N, OC, extent), each frame row read
+along its own channel (26 ms), and NXC's frames are copied as they lie, (N, L, k*OC), then
+permuted to (OC, k, N, L) by oneDNN's Reorder over the thread pool (43 ms).
 
 The rule (documented in docs/performance.md): 1 spatial dim, groups 1, dilation 1, kernel >= 128;
 for BackwardData also kernel <= 8 * stride, so that the frames stay within 8 times diff_dst,
@@ -40,6 +45,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import memory
+from .permute import permuted
 
 #: the smallest kernel for which ConvTranspose runs as MatMul + overlap-add
 MIN_KERNEL = 128
@@ -222,11 +228,16 @@ def conv_transpose_backward_data(
     first = min(src_size, -(-pad_begin // stride))
     last = max(first, min(src_size, (length + pad_begin - kernel) // stride + 1))
 
-    def padded(dd: np.ndarray) -> np.ndarray:
-        """(N, extent, OC): diff_dst placed within the forward's full output, zeros around."""
+    def padded(dd: np.ndarray, channels_first: bool = False) -> np.ndarray:
+        """(N, extent, OC): diff_dst placed within the forward's full output, zeros around;
+        ``channels_first``: (N, OC, extent), from NCX diff_dst as it lies."""
+        take = max(0, min(length, extent - pad_begin))
+        if channels_first:
+            full = memory.zeros((n, oc, extent), dd.dtype)
+            full[:, :, pad_begin : pad_begin + take] = dd[:, :, :take]
+            return full
         rows = dd.transpose(0, 2, 1) if ncx else dd  # (N, length, OC), a view
         full = memory.zeros((n, extent, oc), dd.dtype)
-        take = max(0, min(length, extent - pad_begin))
         full[:, pad_begin : pad_begin + take] = rows[:, :take]
         return full
 
@@ -236,19 +247,24 @@ def conv_transpose_backward_data(
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         dd, w = args[0], args[1]
-        full = padded(dd)
         # frame i holds full[n, s*i + j, oc] for the k taps j: a view of full whose frames
         # overlap, which oneDNN cannot take (it refuses overlapping strides), so it is copied
         # once, into kept memory (:mod:`onednn_convt.memory`: no fresh pages per call)
-        item, n_step = full.itemsize, full.strides[0]
-        if iox:  # W (IC, OC*k) @ frames (OC*k, N*L)
+        if iox and ncx:  # W (IC, OC*k) @ frames (OC*k, N*L), each read along its channel's row
+            full = padded(dd, channels_first=True)
+            st = full.strides
             view = np.lib.stride_tricks.as_strided(
-                full, (oc, kernel, n, src_size), (item, oc * item, n_step, stride * oc * item), writeable=False)
+                full, (oc, kernel, n, src_size), (st[1], st[2], st[0], stride * st[2]), writeable=False)
             return [w.reshape(ic, oc * kernel), memory.contiguous(view).reshape(oc * kernel, n * src_size)]
-        # frames (N, L, k*OC) @ W (k*OC, IC): frame i is the k*OC values of full from row s*i on
-        view = np.lib.stride_tricks.as_strided(
+        full = padded(dd)
+        item, n_step = full.itemsize, full.strides[0]
+        lying = np.lib.stride_tricks.as_strided(  # the frames as they lie: (N, L, k*OC)
             full, (n, src_size, kernel * oc), (n_step, stride * oc * item, item), writeable=False)
-        return [memory.contiguous(view), w.reshape(kernel * oc, ic)]
+        if iox:  # NXC: those frames permuted to (OC, k, N, L) by oneDNN's Reorder (module docstring)
+            frames = permuted(memory.contiguous(lying), (n, src_size, kernel, oc), (3, 2, 0, 1))
+            return [w.reshape(ic, oc * kernel), frames.reshape(oc * kernel, n * src_size)]
+        # frames (N, L, k*OC) @ W (k*OC, IC): frame i is the k*OC values of full from row s*i on
+        return [memory.contiguous(lying), w.reshape(kernel * oc, ic)]
 
     def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
         result = out.astype(np.float32, copy=False)
