@@ -48,7 +48,7 @@ EXTRA = [
     Config(src=(3, 2, 2), kernel=(4, 2, 2), strides=(2, 1, 1), pads_begin=(1, 0, 0), pads_end=(1, 0, 0), n=2,
            ic=2, oc=2, groups=2, name="3d_depthwise_ncx_k4s2"),
     # BackwardWeights as a MatMul over frames with IOX weights and activations in NXC: 2-D src
-    # of several positions, whose frames are copied in two steps (TWO_STEP_FRAMES)
+    # of several positions, dilated (its frames copied as they lie, then transposed)
     Config(src=(3, 4), kernel=(3, 2), strides=2, dilations=(1, 2), pads_begin=(1, 0), pads_end=(0, 1), ic=4, oc=5,
            data_format="NXC", weights_format="IOX", name="2d_nxc_iox_frames"),
     # stride = kernel, no pads: the tiles MatMul

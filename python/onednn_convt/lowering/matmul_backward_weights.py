@@ -109,7 +109,7 @@ def backward_weights(
         frames = frames_of(dd)
         spatial = tuple(range(1, 1 + rank))  # the X axes of frames; taps follow them
         taps = tuple(range(1 + rank, 1 + 2 * rank))
-        src = args[0]  # (N, IC, X) or (N, X, IC), permuted by oneDNN's Reorder (:mod:`.permute`)
+        src = args[0]  # (N, IC, X) or (N, X, IC); where it must move, oneDNN's Reorder moves it
         if iox:  # src (IC, N*X) @ frames (N*X, OC*K)
             rows = permuted(src, (n, ic, p) if ncx else (n * p, ic), (1, 0, 2) if ncx else (1, 0))
             cols = permuted(memory.contiguous(frames).view(dtype), (n * p, k, oc), (0, 2, 1))
