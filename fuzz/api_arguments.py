@@ -526,6 +526,7 @@ def out_corruptions(p: Problem, shape: tuple[int, ...], dt: Any, inputs: dict[st
         ("flipped", lambda: np.flip(np.zeros(shape, dt)), "maybe"),
         ("misaligned", lambda: _misaligned(np.zeros(shape, dt)), "maybe"),
         ("strided view", lambda: np.zeros(shape[:-1] + (2 * shape[-1],), dt)[..., ::2], "valid"),
+        ("strided view, step 4", lambda: np.zeros(shape[:-1] + (4 * shape[-1],), dt)[..., ::4], "valid"),
         ("Fortran order", lambda: np.asfortranarray(np.zeros(shape, dt)), "valid"),
         ("memmap", lambda: _memmap(np.zeros(shape, dt)), "valid"),
         ("user subclass", lambda: np.zeros(shape, dt).view(Tagged), "valid"),

@@ -70,6 +70,11 @@ EXTRA = [
     # size in bf16 (every other output off by up to 5x; torch fuzzer seed 1128203 trial 925)
     Config(src=(5, 6), kernel=(1, 1), n=1, ic=1, oc=3, strides=(1, 2), dilations=(1, 2), output_padding=(0, 1),
            name="2d_1x1_dilated_output_padding"),
+    # stride 4 along the last dim alone: each polyphase phase of NCX dst is evenly spaced at
+    # a step of 4 elements, which oneDNN 3.2's Reorder writes wrongly (strides.writable;
+    # plain fuzzer seed 4001 trial 2209, Polyphase in f32 of bf16: values of 1e37 and NaN)
+    Config(src=(15, 15), kernel=(3, 1), n=1, ic=42, oc=42, groups=3, strides=(1, 4), pads_begin=(2, 0),
+           pads_end=(1, 0), output_padding=(0, 3), name="2d_ncx_stride4_phases"),
 ]
 ALL = CASES + EXTRA
 ALL_IDS = CASE_IDS + [c.name for c in EXTRA]

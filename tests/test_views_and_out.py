@@ -303,3 +303,52 @@ def test_fused_add_operand_with_any_stride_on_its_batch_dim(factor):
     got = op(src, w, None, size_one_strides(operand, factor))
     want = oc.reference.conv_transpose(src, w, None, **attrs) + operand
     assert_close(got, want, "f32", 8 * 3)
+
+
+#: problems whose result oneDNN 3.2 writes through a Reorder from a dense layout: into an
+#: out= evenly spaced at a step of 4 or 8 elements that Reorder wrote the first element and
+#: garbage after it (NaN here), from about 9,000 elements on (strides.writable)
+EVEN_STEP_CASES = {
+    "ncx_grouped": Config(src=(15, 15), kernel=(3, 1), n=1, ic=42, oc=42, groups=3, pads_begin=(2, 0),
+                          pads_end=(1, 0)),
+    "nxc": Config(src=(9, 20), kernel=(1, 1), n=3, ic=5, oc=6, strides=2, data_format="NXC", weights_format="XOI"),
+}
+
+
+@pytest.mark.parametrize("step", [2, 3, 4, 8])
+@pytest.mark.parametrize("case", list(EVEN_STEP_CASES))
+def test_out_evenly_spaced_at_any_step(case, step):
+    """An out= that is every step-th element of a dense array gets the reference's values,
+    and the elements between stay as they were, on the first call and on the lean path."""
+    cfg = EVEN_STEP_CASES[case]
+    t = cfg.tensors(np.random.default_rng(74))
+    want = cfg.ref_forward(t["src"], t["weights"])
+    obj = oc.ConvTranspose(**cfg.attrs("ConvTranspose"))
+    parent = np.full((*want.shape[:-1], want.shape[-1] * step), np.nan, np.float32)
+    out = parent[..., ::step]
+    for _ in range(2):
+        out[...] = np.nan
+        assert obj(t["src"], t["weights"], out=out) is out
+        assert_close(out, want, "f32", cfg.fwd_reduction, f"{case}, step {step}")
+    assert np.isnan(parent[..., 1::step]).all()
+
+
+def test_evenly_spaced_arrays_at_a_multiple_of_four_are_not_written_by_the_library():
+    """The rule itself: the step between evenly spaced elements, and which the library writes."""
+    from onednn_convt import strides
+
+    dense = np.zeros((3, 5, 7), np.float32)
+    wide = np.zeros((3, 5, 28), np.float32)
+    cases = [  # (array, its even step, written by the library)
+        (dense, 1, True),
+        (wide[..., ::4], 4, False),
+        (wide[..., ::2], 2, True),
+        (wide[..., 1::4], 4, False),
+        (np.zeros((3, 5, 56), np.float32)[..., ::8], 8, False),
+        (np.zeros((3, 10, 28), np.float32)[:, ::2, ::4], 0, True),  # a gap between rows too
+        (np.zeros((1, 1, 4)), 1, True),
+        (np.zeros((6, 1, 12), np.float32)[:, :, ::4], 4, False),  # a size-1 dim changes nothing
+    ]
+    for a, step, writes in cases:
+        assert strides.even_step(a) == step, a.strides
+        assert strides.writable(a) == writes, a.strides

@@ -105,7 +105,7 @@ class Plan:
             elif fill:
                 out[...] = np.nan
             target = _reshaped(out, low.library_shape) if low.library_shape else out
-            if target is not None:
+            if target is not None and strides_.writable(target):  # else a dense result, copied
                 self.compiled.execute(args, target)
                 return self._guarded(out, arrays, out) if guarded else out
         compute = np.dtype(np.float32) if self.emulated else self.dtype
@@ -234,9 +234,9 @@ class PhasedPlan:
                     if phase.zero:
                         part[list(phase.zero)] = 0
                     np.add(view, part, out=view)
-                elif strides_.nested(view):
+                elif strides_.writable(view):
                     plan.run(args, view, guarded)
-                else:  # oneDNN refuses strides that do not nest (a weights phase): written here
+                else:  # strides oneDNN refuses (a weights phase) or writes wrongly (strides_.writable)
                     np.copyto(view, plan.run(args, None, guarded))
         if after and bias is not None:
             if self.bias_add is not None and result.flags.c_contiguous:
@@ -296,7 +296,7 @@ def sum_plan(plan: Any, arrays: Sequence[Any], view: np.ndarray, code: str, cons
     kernel writes a blocked layout, which reads no window in place)."""
     low = plan.lowering if isinstance(plan, Plan) else None
     if low is None or low.kind not in SUM_FUSING_KINDS or not plan.direct or low.library_shape \
-            or low.bias_stage or low.host_bias is not None or not strides_.nested(view):
+            or low.bias_stage or low.host_bias is not None or not strides_.writable(view):
         return None
     fixed = plan.library_inputs(arrays)
     window = describe(view, code)
@@ -431,7 +431,7 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
             sums.append(None)
             continue
         view = base.window(result, phase.out)
-        written = view if not phase.accumulate and strides_.nested(view) else None
+        written = view if not phase.accumulate and strides_.writable(view) else None
         plans.append(plan_for(target, phase.lowering, args, written, code))
         sums.append(sum_plan(plans[-1], args, view, code, target.constant_weights) if phase.accumulate else None)
     bias_axis = bias_add = None
@@ -482,7 +482,7 @@ def compile_lowering(
     shape = lowering.library_out_shape
     # out's own strides where the library writes it as given; a reshaped result, dense
     # (plan.run writes it into out where out is C-contiguous, else copies it there)
-    as_given = direct and out is not None and not lowering.library_shape
+    as_given = direct and out is not None and not lowering.library_shape and strides_.writable(out)
     out_desc = describe(out, code) if as_given and out is not None else (shape, shapes.dense_strides(shape), code)
     at = lowering.weights_arg
     kind, attrs = lowering.kind, lowering.attrs

@@ -51,6 +51,46 @@ def nested(a: np.ndarray) -> bool:
     return strides is not None and all(st > 0 for st in strides) and non_overlapping(a)
 
 
+#: the step (elements) whose multiples oneDNN 3.2's Reorder writes wrongly into an evenly
+#: spaced array (:func:`writable`)
+REORDER_BAD_STEP = 4
+
+
+def even_step(a: np.ndarray) -> int:
+    """The step (elements) between ``a``'s elements where they lie evenly spaced, as a 1-D
+    array of that step reshaped would (the dims longer than 1, ordered by stride, each
+    starting where the one before ends), else 0. A dense array's is 1; ``x[..., ::4]`` of
+    a C-contiguous ``x`` has 4."""
+    strides = element_strides(a)
+    if strides is None:
+        return 0
+    dims = sorted((s, n) for s, n in zip(strides, a.shape) if n > 1)
+    if not dims:
+        return 1
+    step = dims[0][0]
+    extent = step
+    for s, n in dims:
+        if s != extent:
+            return 0
+        extent = s * n
+    return step
+
+
+def writable(a: np.ndarray) -> bool:
+    """Whether oneDNN 3.2 writes ``a`` as it is, and rightly: :func:`nested`, and not evenly
+    spaced at a step that is a multiple of :data:`REORDER_BAD_STEP` elements. Into such an
+    array (``x[..., ::4]`` of a C-contiguous ``x``) the Reorder from a dense result wrote the
+    first element right and garbage after it: in f32 and bf16, 2-D to 4-D, from a few
+    thousand elements on, on one thread or two (a scan of 1,800 shapes: over a third wrong at
+    steps 4, 8, 12 and 16; none at steps 2, 3, 5, 6, 7, 9 or 10, none where some other dim
+    leaves a gap, none reading such an array; AMD Zen4, avx512_core_bf16;
+    docs/deviations.md). Such an array gets a dense result, copied into it."""
+    if not nested(a):
+        return False
+    step = even_step(a)
+    return step <= 1 or step % REORDER_BAD_STEP != 0
+
+
 def library_strides(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
     """``strides`` (elements) with each size-1 dim's replaced by the C-order one: the extent
     of the dims after it. A size-1 dim's stride addresses nothing, and NumPy leaves any value
