@@ -261,17 +261,22 @@ ESTIMATED = [
     # NCX BackwardData, run as the channels-last lowering (reordered back)
     (lambda: oc.ConvTransposeBackwardData(strides=2, pads_begin=1, pads_end=1, data_format="NCX", weights_format="IOX"),
      (np.ones((2, 32, 32, 32)), np.ones((16, 32, 4, 4)))),  # (each array below the kept blocks, 1 MiB)
+    # NCX BackwardWeights, run as MatMul (tiles): diff_dst permuted into frames, src moved
+    (lambda: oc.ConvTransposeBackwardWeights(strides=2, data_format="NCX", weights_format="IOX"),
+     (np.ones((2, 32, 16, 16)), np.ones((2, 16, 32, 32)), (32, 16, 2, 2))),
 ]
 
 
 @pytest.mark.parametrize(("make", "inputs"), ESTIMATED,
                          ids=["conv_transpose", "matmul-bwd_d", "matmul-fwd", "frames-bwd_w", "frames-bwd_w-iox",
-                              "channels-last-bwd_d"])
+                              "channels-last-bwd_d", "tiles-bwd_w"])
 def test_estimate_matches_the_bytes_a_call_allocates(make, inputs, monkeypatch, request):
     """The MemoryError figure is what tracemalloc sees the call allocate (NumPy buffers), to
     within the library's own working copies, which NumPy does not see."""
-    if "channels-last" in request.node.name:
-        monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.CHANNELS_LAST)
+    forced = {"channels-last": base.CHANNELS_LAST, "tiles": base.TILES}
+    for key, name in forced.items():
+        if key in request.node.name:
+            monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False, name=name: name)
     for dtype in (np.float32, ml_dtypes.bfloat16, np.float16):
         op = make()
         a, b = (x.astype(dtype) for x in inputs[:2])
@@ -293,7 +298,7 @@ def test_estimate_matches_the_bytes_a_call_allocates(make, inputs, monkeypatch, 
         if fast:  # that memory holds the estimated copies
             assert _core.staging_bytes() >= copies, (dtype, parts, _core.staging_bytes())
         assert 0.8 * numpy_side <= peak <= 1.2 * numpy_side + 4096, (dtype, low.name, parts, peak)
-        assert low.name == base.CHANNELS_LAST or "channels-last" not in request.node.name
+        assert all(low.name == name for key, name in forced.items() if key in request.node.name)
 
 
 def test_memory_limit_validation(memory_limit):

@@ -7,6 +7,8 @@
 - ``MatMul (frames)``: one MatMul over frames of diff_dst (:mod:`.matmul_backward_weights`);
   groups 1 and frames at most :data:`.matmul_backward_weights.MAX_FRAMES_RATIO` times
   diff_dst.
+- ``MatMul (tiles)``: where the taps tile diff_dst (stride = kernel, no pads, groups 1:
+  :mod:`.matmul_tiles`), one MatMul over diff_dst permuted, with no padding to build.
 
 A 3-D problem with pads_begin >= 3 in depth gets its cropped rows of diff_dst back as zeros
 on AVX-512 CPUs (the guard ``avx512_backward_weights_depth_pad``: the library's kernels
@@ -30,7 +32,7 @@ import numpy as np
 from .. import dtypes, guards
 from ..plan import compile_lowering
 from ..problem import Problem
-from . import base, matmul_backward_weights, rules
+from . import base, matmul_backward_weights, matmul_tiles, rules
 from .base import Lowering
 
 
@@ -41,6 +43,11 @@ def candidates(p: Problem) -> list[str]:
     frames = p.n * math.prod(p.src) * p.oc * math.prod(p.kernel)
     if p.groups == 1 and frames <= matmul_backward_weights.MAX_FRAMES_RATIO * math.prod(dd):
         names.append(base.FRAMES)
+    g = p.geometry
+    if matmul_tiles.applies(p.kernel, *g.astuple(), p.groups, p.output_padding, p.src) and all(
+        y == x * k for x, y, k in zip(p.src, p.dst, p.kernel)
+    ):
+        names.append(base.TILES)
     return names
 
 
@@ -63,6 +70,10 @@ def build(p: Problem, name: str) -> Lowering:
             p.input_shapes[0], p.input_shapes[1], wshape, p.kernel, p.geometry.astuple(), p.data_format,
             p.weights_format, exact,
         )
+        return Lowering(base.MATMUL, inputs=(0, 1), out_shape=wshape, guard=guard, name=name, **parts)
+    if name == base.TILES:
+        parts = matmul_tiles.conv_transpose_backward_weights(
+            p.input_shapes[0], p.input_shapes[1], p.kernel, p.data_format, p.weights_format)
         return Lowering(base.MATMUL, inputs=(0, 1), out_shape=wshape, guard=guard, name=name, **parts)
     if name == base.CONVOLUTION_BACKWARD_WEIGHTS:
         # the convolution from diff_dst to src (D9) has the same weights memory: OIX/XIO

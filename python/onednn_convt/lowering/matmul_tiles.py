@@ -7,6 +7,7 @@ block. So (P = the src spatial positions, K = the kernel taps):
 
     forward:   tiles = src (N*P, IC) @ W (IC, OC*K), then dst = depth-to-space(tiles) + bias
     backward:  diff_src (N*P, IC) = space-to-depth(diff_dst) (N*P, OC*K) @ W^T
+    weights:   dW (IC, OC*K) = src^T (IC, N*P) @ space-to-depth(diff_dst) (N*P, OC*K)
 
 the same products as the convolution, no zero taps, no overlap. Guarded problems on AMX run
 this way (guards.AMX_STRIDE_NOT_BELOW_KERNEL): oneDNN 3.2's AMX convolution kernels fail
@@ -29,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, shapes
 from .permute import permuted
 
 
@@ -225,4 +226,43 @@ def conv_transpose_backward_data(
         "prepared_elems": n * p * oc * k,  # the frames
         "finish_elems": 0 if not (iox or ncx) else n * p * ic,  # a reshape, else a permuting copy
         "weights_arg": 0 if iox else 1,
+    }
+
+
+def conv_transpose_backward_weights(
+    src_shape: Sequence[int], dd_shape: Sequence[int], kernel: Sequence[int], data_format: str, weights_format: str,
+) -> dict[str, Any]:
+    """The pieces of a :class:`onednn_convt.ops.Lowering` for a BackwardWeights call: one
+    MatMul over the N*P src positions whose result is the weights' memory as laid out, IOX
+    (IC, OC*K) = src^T (IC, N*P) @ frames (N*P, OC*K), XOI (K*OC, IC) = frames (K*OC, N*P) @
+    src (N*P, IC). Each (position, tap) pair reads one element of diff_dst, so the frames
+    are diff_dst permuted (no zeros: an Inf or NaN meets exactly the terms the op has). The
+    frames take one permuting copy (:mod:`.permute`); src one in NCX (none for batch 1),
+    none in NXC, where IOX reads it through a transposed view."""
+    ncx, iox = data_format == "NCX", weights_format == "IOX"
+    n, ic, xs = shapes.split_activation(src_shape, data_format)
+    oc = dd_shape[1] if ncx else dd_shape[-1]
+    r, p, k = len(kernel), math.prod(xs), math.prod(kernel)
+    split = _split_shape(n, oc, xs, kernel, ncx)
+    nn, c, x_axes, k_axes = _axes(r, ncx)
+    frames = (nn, *x_axes, c, *k_axes) if iox else (*k_axes, c, nn, *x_axes)
+
+    def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
+        src, dd = args[0], args[1]
+        f = permuted(dd, split, frames)
+        if iox:  # src^T (IC, N*P) @ frames (N*P, OC*K)
+            if not ncx:
+                rows = src.reshape(n * p, ic).T
+            else:
+                rows = src.reshape(ic, p) if n == 1 else permuted(src, (n, ic, p), (1, 0, 2)).reshape(ic, n * p)
+            return [rows, f.reshape(n * p, oc * k)]
+        cols = permuted(src, (n, ic, p), (0, 2, 1)) if ncx and ic > 1 and p > 1 else src
+        return [f.reshape(k * oc, n * p), cols.reshape(n * p, ic)]  # frames (K*OC, N*P) @ src (N*P, IC)
+
+    moved_src = ncx and (n > 1 if iox else ic > 1 and p > 1)
+    return {
+        "attrs": {},
+        "prepare": prepare,
+        "library_shape": (ic, oc * k) if iox else (k * oc, ic),
+        "prepared_elems": n * p * oc * k + (n * p * ic if moved_src else 0),  # the frames, src moved
     }
