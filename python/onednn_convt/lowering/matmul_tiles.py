@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import dtypes, shapes
+from .. import dtypes, memory, shapes
 from .permute import permuted
 
 
@@ -191,7 +191,14 @@ def _conv_transpose_nxc(
 def conv_transpose_backward_data(
     dd_shape: Sequence[int], kernel: Sequence[int], ic: int, data_format: str, weights_format: str
 ) -> dict[str, Any]:
-    """The pieces of a :class:`onednn_convt.ops.Lowering` for a BackwardData call."""
+    """The pieces of a :class:`onednn_convt.ops.Lowering` for a BackwardData call.
+
+    The MatMul writes diff_src as laid out, with no finishing copy: in NCX, per sample,
+    diff_src (IC, P) = W (IC, OC*K) @ frames (OC*K, P), the weights broadcast over the batch;
+    in NXC diff_src (N*P, IC) = frames (N*P, OC*K) @ W (OC*K, IC). The frames are diff_dst
+    permuted by one copy (:mod:`.permute`), their taps in the weights' order; where the
+    weights' layout is the other one (NCX with XOI, NXC with IOX) they are copied
+    transposed (K*OC*IC elements, small)."""
     ncx, iox = data_format == "NCX", weights_format == "IOX"
     n, ys = dd_shape[0], tuple(dd_shape[2:] if ncx else dd_shape[1:-1])
     oc = dd_shape[1] if ncx else dd_shape[-1]
@@ -199,33 +206,25 @@ def conv_transpose_backward_data(
     r, p, k = len(kernel), math.prod(xs), math.prod(kernel)
     split = _split_shape(n, oc, xs, kernel, ncx)
     nn, c, x_axes, k_axes = _axes(r, ncx)
-    # frames (OC, k..., N, x...) for IOX, (N, x..., k..., OC) for XOI: one copy either way
-    frames = (c, *k_axes, nn, *x_axes) if iox else (nn, *x_axes, *k_axes, c)
+    taps = (c, *k_axes) if iox else (*k_axes, c)  # a frame's (OC*K) order: the weights'
+    frames = (nn, *taps, *x_axes) if ncx else (nn, *x_axes, *taps)
+    moved = ncx != iox  # the weights copied transposed
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         dd, w = args[0], args[1]
         f = permuted(dd, split, frames)
-        if iox:  # W (IC, OC*K) @ frames (OC*K, N*P)
-            return [w.reshape(ic, oc * k), f.reshape(oc * k, n * p)]
-        return [f.reshape(n, p, k * oc), w.reshape(k * oc, ic)]  # frames (N, P, K*OC) @ W (K*OC, IC)
-
-    def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
-        if iox:  # (IC, N, P)
-            return permuted(out, (ic, n, p), (1, 0, 2) if ncx else (1, 2, 0)).reshape(
-                (n, ic, *xs) if ncx else (n, *xs, ic)
-            )
-        if ncx:  # (N, P, IC)
-            return permuted(out, (n, p, ic), (0, 2, 1)).reshape(n, ic, *xs)
-        return out.reshape(n, *xs, ic)
+        if ncx:  # W (1, IC, OC*K) @ frames (N, OC*K, P)
+            wt = w.reshape(ic, oc * k) if iox else memory.contiguous(w.reshape(k * oc, ic).T)
+            return [wt.reshape(1, ic, oc * k), f.reshape(n, oc * k, p)]
+        wt = w.reshape(k * oc, ic) if not iox else memory.contiguous(w.reshape(ic, oc * k).T)
+        return [f.reshape(n * p, oc * k), wt]  # frames (N*P, OC*K) @ W (OC*K, IC)
 
     return {
         "attrs": {},
         "prepare": prepare,
-        "finish": finish,
-        "library_shape": (ic, n * p) if iox else (n, p, ic),
-        "prepared_elems": n * p * oc * k,  # the frames
-        "finish_elems": 0 if not (iox or ncx) else n * p * ic,  # a reshape, else a permuting copy
-        "weights_arg": 0 if iox else 1,
+        "library_shape": (n, ic, p) if ncx else (n * p, ic),
+        "prepared_elems": n * p * oc * k + (k * oc * ic if moved else 0),  # the frames, the weights moved
+        "weights_arg": 0 if ncx else 1,
     }
 
 
