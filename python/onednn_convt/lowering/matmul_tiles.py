@@ -15,12 +15,14 @@ with stride >= kernel, its MatMul does not (tests/test_guards.py, the ISA scan).
 
 In NXC the forward writes dst itself: one MatMul whose batch dims broadcast src over the
 taps of all but the last spatial dim and the weights over the positions
-(:func:`_conv_transpose_nxc`). Elsewhere, as in :mod:`onednn_convt.matmul_lowering`, the
-product is oriented so that the weights are read as stored: IOX weights are (IC, OC*K),
-taps inner; XOI weights are (K*OC, IC), taps outer; the activations are laid out to match,
-in one permuting copy per side (:mod:`.permute`: oneDNN's Reorder over the thread pool).
-(Activations always as the rows, with the weights read through a transposed view, measured
-1.3-2.3x slower on the U-Net BackwardData layers of benchmarks/guards.py.)
+(:func:`_conv_transpose_nxc`). BackwardData writes diff_src itself too: per sample in NCX,
+as rows in NXC, the weights copied transposed where their layout is the other one (small;
+:func:`conv_transpose_backward_data`). Elsewhere, as in :mod:`onednn_convt.matmul_lowering`,
+the product is oriented so that the weights are read as stored: IOX weights are (IC,
+OC*K), taps inner; XOI weights are (K*OC, IC), taps outer; the activations are laid out to
+match, in one permuting copy per side (:mod:`.permute`: oneDNN's Reorder over the thread
+pool). (Weights read through a transposed view, rather than copied, measured 1.3-2.3x
+slower on the U-Net BackwardData layers of benchmarks/guards.py.)
 """
 
 from __future__ import annotations
