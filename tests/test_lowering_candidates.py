@@ -56,6 +56,12 @@ EXTRA = [
     Config(src=(2, 3, 2), kernel=(2, 2, 2), strides=2, ic=3, oc=4, data_format="NXC", weights_format="XOI",
            bias=True, name="3d_tiles_bias"),
     Config(src=(3, 4), kernel=(2, 2), strides=2, ic=5, oc=3, bias=True, name="2d_tiles_bias"),
+    # ... with the weights in the activations' other layout (BackwardData copies them
+    # transposed), several samples
+    Config(src=(3, 4), kernel=(2, 3), strides=(2, 3), n=3, ic=5, oc=3, weights_format="XOI",
+           name="2d_tiles_ncx_xoi"),
+    Config(src=(5,), kernel=(4,), strides=4, n=3, ic=4, oc=6, data_format="NXC", weights_format="IOX",
+           name="1d_tiles_nxc_iox"),
     # one src position, any stride: the tiles MatMul too (DCGAN's z layer), IOX and XOI, NXC
     # (one 2-D MatMul) and NCX, with a bias
     Config(src=(1, 1), kernel=(4, 4), ic=5, oc=3, bias=True, name="2d_one_position_bias"),
