@@ -247,6 +247,8 @@ def conv_transpose_backward_weights(
     split = _split_shape(n, oc, xs, kernel, ncx)
     nn, c, x_axes, k_axes = _axes(r, ncx)
     frames = (nn, *x_axes, c, *k_axes) if iox else (*k_axes, c, nn, *x_axes)
+    # NCX src is copied where its memory is not already the matrix the product reads
+    moved_src = ncx and (n > 1 if iox else ic > 1 and p > 1)
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         src, dd = args[0], args[1]
@@ -255,12 +257,11 @@ def conv_transpose_backward_weights(
             if not ncx:
                 rows = src.reshape(n * p, ic).T
             else:
-                rows = src.reshape(ic, p) if n == 1 else permuted(src, (n, ic, p), (1, 0, 2)).reshape(ic, n * p)
-            return [rows, f.reshape(n * p, oc * k)]
-        cols = permuted(src, (n, ic, p), (0, 2, 1)) if ncx and ic > 1 and p > 1 else src
+                rows = permuted(src, (n, ic, p), (1, 0, 2)) if moved_src else src
+            return [rows.reshape(ic, n * p), f.reshape(n * p, oc * k)]
+        cols = permuted(src, (n, ic, p), (0, 2, 1)) if moved_src else src
         return [f.reshape(k * oc, n * p), cols.reshape(n * p, ic)]  # frames (K*OC, N*P) @ src (N*P, IC)
 
-    moved_src = ncx and (n > 1 if iox else ic > 1 and p > 1)
     return {
         "attrs": {},
         "prepare": prepare,
