@@ -314,8 +314,13 @@ def sum_plan(plan: Any, arrays: Sequence[Any], view: np.ndarray, code: str, cons
     return SumPlan(compiled, plan)
 
 
-#: for the benchmark's native loop, which rebuilds a phased plan's outputs as it does
-writable_as_given = strides_.nested
+def phase_output(phase: base.Phase, view: np.ndarray) -> Optional[np.ndarray]:
+    """The array a phase's plan is compiled to write (the benchmark's native loop, which
+    rebuilds a phased plan's outputs, reads it too): its window of the result, where the
+    library writes that window as given (a phase that is not a sum, at strides
+    :func:`onednn_convt.strides.writable` allows); else None, a dense result added or
+    copied into the window."""
+    return view if not phase.accumulate and strides_.writable(view) else None
 
 
 def _reshaped(a: np.ndarray, shape: tuple[int, ...]) -> Optional[np.ndarray]:
@@ -431,8 +436,7 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
             sums.append(None)
             continue
         view = base.window(result, phase.out)
-        written = view if not phase.accumulate and strides_.writable(view) else None
-        plans.append(plan_for(target, phase.lowering, args, written, code))
+        plans.append(plan_for(target, phase.lowering, args, phase_output(phase, view), code))
         sums.append(sum_plan(plans[-1], args, view, code, target.constant_weights) if phase.accumulate else None)
     bias_axis = bias_add = None
     if target.bias_format is not None and len(arrays) > 2 and arrays[2] is not None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import dtypes, reference
 from ..lowering.base import window
-from ..plan import writable_as_given
+from ..plan import phase_output
 from .suites import Case, Config
 from .timing import BatchRunner
 
@@ -66,8 +66,7 @@ def native_runner(case: Case) -> tuple[BatchRunner, str]:
         if adds is not None:  # the op with its sum into the view, one partition
             run, note = _sum_runner(adds, phase.args(arrays), view)
         else:
-            target = view if not phase.accumulate and writable_as_given(view) else None
-            run, note = _plan_runner(sub, phase.args(arrays), target)
+            run, note = _plan_runner(sub, phase.args(arrays), phase_output(phase, view))
         runners.append(run)
         notes.update(filter(None, note.split("; ")))
 
