@@ -5,8 +5,9 @@ dispatch ISA (its ``isa`` field; the ``cpu`` field names the CPU, or give ``--cp
 runs of one CPU and ISA class are merged into one table (a configuration tuned in two of
 them is an error, unless ``--repeats``: then each candidate keeps its upper median time
 over the runs, the higher of two, the middle of three; a
-configuration tuned again after a change to the code, in ``--remeasured`` runs, drops its
-earlier records; where the tuner timed a rival of the rules' choice a second time, the
+configuration tuned again after a change to the code, in ``--remeasured`` runs, chooses for
+problems by its new records and for polyphase phases by its earlier ones, so that a re-tune
+moves no phase; where the tuner timed a rival of the rules' choice a second time, the
 record's ``confirm_us``, those two candidates count that second timing)::
 
     onednn-convt tune --suite models --skip-slow --retune --json benchmarks/results/zen5/tune_models.json
@@ -85,12 +86,21 @@ def suite_layer(key: str) -> suites.Layer | None:
         return None
 
 
-def measured_layers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def measured_layers(records: list[dict[str, Any]], remeasured: frozenset[str] = frozenset(),
+                    replaced: bool = False) -> list[dict[str, Any]]:
     """The table's layers: each record with two or more candidates timed, its layer's shape
     (:func:`record_layer`) and each candidate's time over the fastest's (a record whose layer
-    is in no suite and carries no shape is left out, saying so)."""
+    is in no suite and carries no shape is left out, saying so). A record of a configuration
+    in ``remeasured`` (tuned again after a change to the code) chooses for problems only
+    (``"phases": false``); ``replaced``: these are the records such runs replaced, kept to
+    choose phases only (``"calls": false``; one that chooses no phases is left out). A
+    re-tune moves no phase: the table's polyphase times were measured with the phases its
+    earlier records chose (:meth:`onednn_convt.lowering.rules_table.Table.choose`)."""
     out = []
     for r in records:
+        phases = record_chooses_phases(r) and r["key"] not in remeasured
+        if replaced and not phases:
+            continue
         times = record_times(r)
         if r.get("chosen") is None or len(times) < 2:
             continue
@@ -103,8 +113,14 @@ def measured_layers(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "data_format": r["data_format"], "n": lay.n, "ic": lay.ic, "oc": lay.oc, "groups": lay.groups,
                     "src": list(lay.spatial), "kernel": list(lay.kernel), "strides": [lay.stride] * len(lay.kernel),
                     "ratios": {n: round(t / best, 4) for n, t in sorted(times.items())},
-                    **({} if record_chooses_phases(r) else {"phases": False})})
-    return sorted(out, key=lambda m: (m["op"], m["dtype"], m["data_format"], m["layer"]))
+                    **({} if phases else {"phases": False}), **({"calls": False} if replaced else {})})
+    return sorted(out, key=_layer_order)
+
+
+def _layer_order(m: dict[str, Any]) -> tuple[str, str, str, str, bool]:
+    """A table's order of its layers: by configuration, a replaced record after the one
+    that replaced it."""
+    return (m["op"], m["dtype"], m["data_format"], m["layer"], not m.get("calls", True))
 
 
 def record_chooses_phases(record: dict[str, Any]) -> bool:
@@ -191,8 +207,8 @@ BF16_NATIVE_CLASSES = frozenset(c for isa, c in ISA_CLASSES.items() if isa in gu
 def default_rules(tables: list[rules_table.Table], margin: float, min_cpus: int = 2,
                   row_limit: float = 1.10) -> list[dict[str, Any]]:
     """The conservative default's rules (see the module docstring)."""
-    scored = {t.name: class_scores(t.layers) for t in tables}
-    worst = {t.name: class_worst(t.layers) for t in tables}
+    scored = {t.name: class_scores(t.call_layers) for t in tables}
+    worst = {t.name: class_worst(t.call_layers) for t in tables}
     keys = sorted(set().union(*scored.values())) if scored else []
     out = []
     for key in keys:
@@ -247,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                              "time over them (of two, the higher)")
     parser.add_argument("--remeasured", type=Path, action="append", default=[], metavar="RUN",
                         help="a run that tuned configurations again after a change to the code: its records "
-                             "replace those of the same configurations in the other runs (repeat for more; "
-                             "several of them merge as --repeats)")
+                             "replace those of the same configurations in the other runs, which still choose "
+                             "polyphase phases (repeat for more; several of them merge as --repeats)")
     parser.add_argument("--note", default="", help="a sentence kept in the table's provenance")
     parser.add_argument("--date", default=datetime.date.today().isoformat(), help="when the runs were made")
     parser.add_argument("--default", action="store_true", help="write default.json from the tables in --out")
@@ -278,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(path, json.loads(path.read_text(encoding="utf-8"))) for path in [*args.runs, *args.remeasured]]
     remeasured = {r["key"] for path, run in runs[len(args.runs):] for r in run["records"]}
     for path, run in runs:
-        if path not in args.remeasured:
+        replaced = []
+        if path not in args.remeasured:  # the records they replace choose phases alone
+            replaced = [r for r in run["records"] if r["key"] in remeasured]
             run["records"] = [r for r in run["records"] if r["key"] not in remeasured]
         cls = isa_class(run["isa"])
         cpu = run.get("cpu", {}).get("microarchitecture") or args.cpu
@@ -288,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             if not cpu:
                 return 2
             continue
-        group = groups.setdefault((cpu, cls), {"records": [], "sources": [], "contexts": set(),
+        group = groups.setdefault((cpu, cls), {"records": [], "replaced": [], "sources": [], "contexts": set(),
                                                "cpu_name": run.get("cpu", {}).get("name") or args.cpu_name or cpu})
         known = {r["key"]: r for r in group["records"]}
         again = sorted(set(known).intersection(r["key"] for r in run["records"]))
@@ -296,11 +314,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: {again[0]} was tuned in another run of {cpu} at {cls} too; give each configuration "
                   "once, or merge repeated runs with --repeats", file=sys.stderr)
             return 2
-        for r in run["records"]:
-            if r["key"] in known:
-                merge_repeat(known[r["key"]], r)
-            else:
-                group["records"].append(r)
+        for kept, new in ((group["records"], run["records"]), (group["replaced"], replaced)):
+            earlier = {r["key"]: r for r in kept}
+            for r in new:
+                if r["key"] in earlier:
+                    merge_repeat(earlier[r["key"]], r)
+                else:
+                    kept.append(r)
         group["sources"].append(path.as_posix())
         group["contexts"].add(run["context"])
     for (cpu, cls), group in sorted(groups.items()):
@@ -311,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"format": rules_table.FORMAT, "cpu": cpu, "cpu_name": group["cpu_name"], "isa": cls,
                "capped": args.capped, "onednn": "/".join(sorted(onednn)), "threads": "/".join(sorted(threads)),
                "date": args.date, "suites": suite_names, "sources": group["sources"],
-               "note": args.note, "layers": measured_layers(group["records"])}
+               "note": args.note,
+               "layers": sorted(measured_layers(group["records"], frozenset(remeasured))
+                                + measured_layers(group["replaced"], replaced=True), key=_layer_order)}
         name = f"{cpu}-{cls}"
         write(args.out / f"{name}.json", doc)
         print(f"wrote {args.out / (name + '.json')}: {len(doc['layers'])} measured configurations")

@@ -104,8 +104,8 @@ def test_the_default_keeps_the_library_op_unless_a_rival_won_everywhere():
     assert set(default.provenance["made_from"]) == {t.name for t in native}
     margin = default.provenance["margin"]
     gen = make_rules()
-    scored = {t.name: gen.class_scores(t.layers) for t in native}
-    worst = {t.name: gen.class_worst(t.layers) for t in native}
+    scored = {t.name: gen.class_scores(t.call_layers) for t in native}
+    worst = {t.name: gen.class_worst(t.call_layers) for t in native}
     for key, name in default.entries.items():
         own = gen.LIBRARY_OP[key[0]]
         assert not name.endswith(lowering.IN_F32)
@@ -397,14 +397,28 @@ def test_phases_are_chosen_by_the_layers_that_choose_phases(monkeypatch):
     assert asked == [((2, 2), False)]
 
 
-def test_the_phases_flag_is_read_strictly(tmp_path):
+@pytest.mark.parametrize("flag", ["phases", "calls"])
+def test_the_phases_and_calls_flags_are_read_strictly(tmp_path, flag):
     layer = {"layer": "custom/a", "op": FORWARD, "dtype": "f32", "data_format": "NCX", "n": 1, "ic": 2, "oc": 2,
              "groups": 1, "src": [4], "kernel": [3], "strides": [1], "ratios": {"A": 1.0}}
     doc = {"format": rules_table.FORMAT, "cpu": "c", "isa": "avx2", "layers": [layer]}
-    assert rules_table.parse(doc, "t").layers[0].phases
-    assert not rules_table.parse(doc | {"layers": [layer | {"phases": False}]}, "t").layers[0].phases
+    assert getattr(rules_table.parse(doc, "t").layers[0], flag)
+    assert not getattr(rules_table.parse(doc | {"layers": [layer | {flag: False}]}, "t").layers[0], flag)
     with pytest.raises(ValueError, match="rules table t: malformed"):
-        rules_table.parse(doc | {"layers": [layer | {"phases": "false"}]}, "t")
+        rules_table.parse(doc | {"layers": [layer | {flag: "false"}]}, "t")
+
+
+def test_a_replaced_record_chooses_phases_and_its_replacement_calls():
+    """A configuration tuned again (``make_rules.py --remeasured``) chooses for problems by
+    its new record (``"phases": false``) and for phases by the one it replaced (``"calls":
+    false``): a re-tune moves no phase."""
+    p = _fwd_problem(strides=(1, 1))
+    old = dataclasses.replace(_measured("here", {"A": 1.0, "B": 1.5}, strides=(1, 1)), calls=False)
+    new = dataclasses.replace(_measured("here", {"A": 1.5, "B": 1.0}, strides=(1, 1)), phases=False)
+    table = rules_table.Table("t", "t", "t", {}, layers=(new, old))
+    assert table.choose(p, ["A", "B"]) == "B"
+    assert table.choose(p, ["A", "B"], phase=True) == "A"
+    assert table.call_layers == (new,)
 
 
 def test_the_features_order_layers_by_shape():
@@ -528,14 +542,20 @@ def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     assert make_rules().main([models, again, third, "--repeats", "--out", str(out), "--cpu", "zen9"]) == 0
     assert [m.ratios for m in rules_table.read(out / "zen9-avx2.json").layers] == [{"A": 1.0, "B": 1.5, "C": 4.0}]
     # runs made after a change to the code replace the earlier records of their
-    # configurations (B got faster: its old times no longer count), and merge among themselves
+    # configurations for calls (B got faster: its old times no longer count there), and
+    # merge among themselves; the earlier records, merged, still choose phases: a polyphase
+    # time was measured with the phases they chose
     new = run("new.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 3.0, "B": 0.5})])
     new2 = run("new2.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 2.0, "B": 1.0})])
     assert make_rules().main([models, again, tiny, "--repeats", "--remeasured", new, "--remeasured", new2,
                               "--out", str(out), "--cpu", "zen9"]) == 0
     table = rules_table.read(out / "zen9-avx2.json")
-    assert [(m.layer, m.ratios) for m in table.layers] == [("models/dcgan1", {"A": 3.0, "B": 1.0}),
-                                                           ("tiny/tiny", {"A": 2.0, "B": 1.0})]
+    assert [(m.layer, m.ratios, m.calls, m.phases) for m in table.layers] == [
+        ("models/dcgan1", {"A": 3.0, "B": 1.0}, True, False),
+        ("models/dcgan1", {"A": 1.5, "B": 1.0, "C": 2.0}, False, True),
+        ("tiny/tiny", {"A": 2.0, "B": 1.0}, True, True)]
+    assert [m.layer for m in table.call_layers] == ["models/dcgan1", "tiny/tiny"]
+    assert table.call_layers[0].ratios == {"A": 3.0, "B": 1.0}
     assert table.provenance["sources"][-2:] == [new, new2]
 
 

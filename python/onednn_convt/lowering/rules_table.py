@@ -22,7 +22,9 @@ among the small layers and a larger one's among the larger where the table measu
 (:data:`SMALL_CALL_FLOPS`). A layer of a
 ``tune --layers-json`` run (a user's, or ``benchmarks/random_layers.py``'s) carries
 ``"phases": false``: it chooses for problems, not for the stride-1 phases of a polyphase
-lowering.
+lowering. So does a configuration tuned again after a change to the code
+(``make_rules.py --remeasured``); the record it replaced stays, marked ``"calls": false``, to
+choose phases alone: a re-tune moves no phase.
 ``default.json`` (``"cpu": "default"``) is the conservative table for a CPU with none of its
 own, keyed by :func:`onednn_convt.problem.shape_class` instead (``"rules"``: the library's own
 op in the native dtype, except where another lowering won by a margin on every CPU measured,
@@ -81,6 +83,9 @@ class Measured:
             time over the fastest one's (1.0: the fastest).
         phases: whether it chooses the lowerings of polyphase phases too (the JSON's
             ``"phases": false`` where not: see :meth:`Table.choose`).
+        calls: whether it chooses for problems (the JSON's ``"calls": false`` where not: a
+            record that a re-tune of its configuration replaced, kept to choose phases
+            alone, see :meth:`Table.choose`).
     """
 
     layer: str
@@ -96,6 +101,7 @@ class Measured:
     strides: tuple[int, ...]
     ratios: dict[str, float]
     phases: bool = True
+    calls: bool = True
     #: :func:`onednn_convt.problem.features` of the layer (made once, with the layer: not a
     #: functools.cached_property, whose lock in Python 3.11 a fork can leave held)
     features: tuple[float, ...] = field(init=False, repr=False, compare=False)
@@ -147,9 +153,16 @@ class Table:
     def __post_init__(self) -> None:
         out: dict[tuple[str, str, str, bool], list[Measured]] = {}
         for m in self.layers:
-            for phase in (False, True) if m.phases else (False,):
-                out.setdefault((m.op, m.dtype, m.data_format, phase), []).append(m)
+            for phase in (False, True):
+                if m.phases if phase else m.calls:
+                    out.setdefault((m.op, m.dtype, m.data_format, phase), []).append(m)
         object.__setattr__(self, "_by_config", {k: tuple(v) for k, v in out.items()})
+
+    @property
+    def call_layers(self) -> tuple[Measured, ...]:
+        """The measured layers that choose for problems (the records kept for phases alone
+        left out): each configuration once."""
+        return tuple(m for m in self.layers if m.calls)
 
     def describe(self) -> str:
         """One line: what it was measured on, when, with which suites."""
@@ -199,11 +212,16 @@ class Table:
         A table of classes (the default): its entry for ``p``'s class.
 
         ``phase``: ``p`` is a phase of a polyphase lowering, chosen for among the measured
-        layers that choose phases alone (:attr:`Measured.phases`). A polyphase time in a
-        table was measured with the phases lowered as the table then chose; layers added
-        later (``make_rules.py`` adds those of ``tune --layers-json`` so) must not move those
+        layers that choose phases (:attr:`Measured.phases`); a problem, among those that
+        choose for problems (:attr:`Measured.calls`). A polyphase time in a table was
+        measured with the phases lowered as the table then chose; layers added later
+        (``make_rules.py`` adds those of ``tune --layers-json`` so) must not move those
         choices: on an AMD Zen3, 120 random layers in the Zen3 table chose anew the phases of
-        7 of the suites' 780 configurations, and all 7 ran slower (1.07-3.5x).
+        7 of the suites' 780 configurations, and all 7 ran slower (1.07-3.5x). Nor must a
+        re-tune (``make_rules.py --remeasured``): its records choose for problems, and the
+        records they replaced for phases. On an AMD Zen4 the re-tune that brought the tiles
+        MatMul's BackwardWeights moved the phases of 5 configurations (its 1x1 phases took
+        that MatMul), 2.0-2.4x slower on two of them (``benchmarks/NOTES.md``).
 
         A grouped 3-D problem that oneDNN 3.2 runs on its gemm convolution
         (:attr:`onednn_convt.problem.Problem.gemm_grouped`) is chosen for only by measured
@@ -288,7 +306,7 @@ def parse(data: Any, name: str, digest: str = "") -> Table:
             Measured(str(m["layer"]), str(m["op"]), str(m["dtype"]), str(m["data_format"]), int(m["n"]),
                      int(m["ic"]), int(m["oc"]), int(m["groups"]), _ints(m["src"]), _ints(m["kernel"]),
                      _ints(m["strides"]), {str(k): float(v) for k, v in m["ratios"].items()},
-                     _flag(m.get("phases", True)))
+                     _flag(m.get("phases", True)), _flag(m.get("calls", True)))
             for m in data.get("layers", [])
         )
         for m in layers:
