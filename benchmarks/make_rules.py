@@ -7,7 +7,8 @@ them is an error, unless ``--repeats``: then each candidate keeps its upper medi
 over the runs, the higher of two, the middle of three; a
 configuration tuned again after a change to the code, in ``--remeasured`` runs, chooses for
 problems by its new records and for polyphase phases by its earlier ones, so that a re-tune
-moves no phase; where the tuner timed a rival of the rules' choice a second time, the
+moves no phase (``--retuned-phases``: by its new ones for both, as the Zen3 and Zen5 tables
+were made and benchmarked); where the tuner timed a rival of the rules' choice a second time, the
 record's ``confirm_us``, those two candidates count that second timing)::
 
     onednn-convt tune --suite models --skip-slow --retune --json benchmarks/results/zen5/tune_models.json
@@ -265,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="a run that tuned configurations again after a change to the code: its records "
                              "replace those of the same configurations in the other runs, which still choose "
                              "polyphase phases (repeat for more; several of them merge as --repeats)")
+    parser.add_argument("--retuned-phases", action="store_true",
+                        help="the --remeasured runs' records choose polyphase phases too, and the records they "
+                             "replace are dropped (as the Zen3 and Zen5 tables were made, and benchmarked: there "
+                             "a re-tune moves phases)")
     parser.add_argument("--note", default="", help="a sentence kept in the table's provenance")
     parser.add_argument("--date", default=datetime.date.today().isoformat(), help="when the runs were made")
     parser.add_argument("--default", action="store_true", help="write default.json from the tables in --out")
@@ -296,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     for path, run in runs:
         replaced = []
         if path not in args.remeasured:  # the records they replace choose phases alone
-            replaced = [r for r in run["records"] if r["key"] in remeasured]
+            replaced = [] if args.retuned_phases else [r for r in run["records"] if r["key"] in remeasured]
             run["records"] = [r for r in run["records"] if r["key"] not in remeasured]
         cls = isa_class(run["isa"])
         cpu = run.get("cpu", {}).get("microarchitecture") or args.cpu
@@ -332,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
                "capped": args.capped, "onednn": "/".join(sorted(onednn)), "threads": "/".join(sorted(threads)),
                "date": args.date, "suites": suite_names, "sources": group["sources"],
                "note": args.note,
-               "layers": sorted(measured_layers(group["records"], frozenset(remeasured))
+               "layers": sorted(measured_layers(group["records"], frozenset() if args.retuned_phases else
+                                                frozenset(remeasured))
                                 + measured_layers(group["replaced"], replaced=True), key=_layer_order)}
         name = f"{cpu}-{cls}"
         write(args.out / f"{name}.json", doc)

@@ -25,7 +25,11 @@ done
 # pass (espnet-up2, grouped8-up) were tuned in the third pass and twice on their own
 # (tune_broad_fit_added*); the three DCGAN layers at the training step's batch 16 (dcgan-*-b16)
 # were added later, tuned three times on their own (tune_broad_fit_b16*). The holdout half was kept out while the rules fitted without it
-# were checked on it (benchmarks/NOTES.md).
+# were checked on it (benchmarks/NOTES.md). On 2026-11-30 layers were tuned again, three times,
+# after candidates were added (--remeasured): the grouped layers (Per group), the 2-D k16 s8
+# layers (64-phase Polyphase), and the layers whose taps tile the output (MatMul (tiles) for
+# BackwardData and BackwardWeights). Their new records choose for calls, the records they replace
+# for polyphase phases: a re-tune moves no phase (make_rules.py).
 Z4=$R/zen4
 $MAKE --repeats $Z4/tune_models.json $Z4/tune_models_again.json $Z4/tune_models_third.json \
     $Z4/tune_broad_fit.json $Z4/tune_broad_fit_again.json $Z4/tune_broad_fit_third.json \
@@ -33,8 +37,19 @@ $MAKE --repeats $Z4/tune_models.json $Z4/tune_models_again.json $Z4/tune_models_
     $Z4/tune_broad_holdout.json $Z4/tune_broad_holdout_again.json $Z4/tune_broad_holdout_third.json \
     $Z4/tune_tiny.json $Z4/tune_tiny_again.json $Z4/tune_tiny_third.json \
     $Z4/tune_broad_fit_b16.json $Z4/tune_broad_fit_b16_again.json $Z4/tune_broad_fit_b16_third.json \
+    --remeasured $Z4/tune_fit_newcands_remeasured.json --remeasured $Z4/tune_fit_newcands_remeasured_again.json \
+    --remeasured $Z4/tune_fit_newcands_remeasured_third.json --remeasured $Z4/tune_grouped32_remeasured.json \
+    --remeasured $Z4/tune_grouped32_remeasured_again.json --remeasured $Z4/tune_grouped32_remeasured_third.json \
+    --remeasured $Z4/tune_grouped8_remeasured.json --remeasured $Z4/tune_grouped8_remeasured_again.json \
+    --remeasured $Z4/tune_grouped8_remeasured_third.json --remeasured $Z4/tune_holdout_newcands_remeasured.json \
+    --remeasured $Z4/tune_holdout_newcands_remeasured_again.json --remeasured $Z4/tune_holdout_newcands_remeasured_third.json \
+    --remeasured $Z4/tune_tiles_models_remeasured.json --remeasured $Z4/tune_tiles_fit_remeasured.json \
+    --remeasured $Z4/tune_tiles_holdout_remeasured.json --remeasured $Z4/tune_tiles_models_remeasured_again.json \
+    --remeasured $Z4/tune_tiles_fit_remeasured_again.json --remeasured $Z4/tune_tiles_holdout_remeasured_again.json \
+    --remeasured $Z4/tune_tiles_models_remeasured_third.json --remeasured $Z4/tune_tiles_fit_remeasured_third.json \
+    --remeasured $Z4/tune_tiles_holdout_remeasured_third.json \
     --date 2026-11-27 \
-    --note "the models suite (--skip-slow), both halves of the broad suite and the tiny suite, every dtype (f16 emulated here), on this machine, each configuration tuned three times (each candidate's middle time); the holdout half was added after the rules fitted without it had been checked on it, and DCGAN's batch-16 layers of the training step (dcgan-*-b16) later the same day"
+    --note "the models suite (--skip-slow), both halves of the broad suite and the tiny suite, every dtype (f16 emulated here), on this machine, each configuration tuned three times (each candidate's middle time); the holdout half was added after the rules fitted without it had been checked on it, and DCGAN's batch-16 layers of the training step (dcgan-*-b16) later the same day; tuned again three times on 2026-11-30 (tune_*_remeasured*.json) after candidates were added: the grouped layers (grouped8-up, grouped32-up, stylegan2-up8, stylegan2-up16: Per group; a Polyphase chosen by a 6% margin on grouped32-up ran 1.3-1.7x slower than ConvTranspose) and the 2-D k16 s8 layers (centernet-ida8, fcn-up8: 64-phase Polyphase); tuned again three times on 2026-11-30 (tune_tiles_*_remeasured*.json) after MatMul (tiles) became a BackwardWeights candidate and its BackwardData wrote diff_src itself: the layers whose taps tile the output (stride = kernel), BackwardData and BackwardWeights; the records those re-tunes replaced choose polyphase phases alone (\"calls\": false), the re-tuned ones calls alone: a re-tune moves no phase"
 
 # Zen5: the broad suite's holdout half was kept out while the rules were checked on it (benchmarks/NOTES.md);
 # the shipped table has every layer measured here. Every configuration was tuned twice: the
@@ -42,7 +57,8 @@ $MAKE --repeats $Z4/tune_models.json $Z4/tune_models_again.json $Z4/tune_models_
 # after; each candidate keeps its higher time of the two (--repeats: a choice must hold in both).
 # The bf16 forward and BackwardWeights configurations were tuned again, twice, once a polyphase
 # call checked its dst for Inf/NaN once rather than per phase (up to 10x faster in bf16): those
-# runs (*_bf16poly*) replace the earlier records of the same configurations (--remeasured).
+# runs (*_bf16poly*) replace the earlier records of the same configurations (--remeasured), for
+# polyphase phases too (--retuned-phases: the table was made so, and its figures measured so).
 Z=$R/zen5
 $MAKE --repeats $Z/tune_models.json $Z/tune_models_ncx.json $Z/tune_models_nxc.json \
     $Z/tune_broad_fit.json $Z/tune_broad_fit_ncx.json $Z/tune_broad_fit_nxc.json \
@@ -51,13 +67,14 @@ $MAKE --repeats $Z/tune_models.json $Z/tune_models_ncx.json $Z/tune_models_nxc.j
     --remeasured $Z/tune_models_bf16poly.json --remeasured $Z/tune_models_bf16poly_again.json \
     --remeasured $Z/tune_broad_fit_bf16poly.json --remeasured $Z/tune_broad_fit_bf16poly_again.json \
     --remeasured $Z/tune_broad_holdout_bf16poly.json --remeasured $Z/tune_broad_holdout_bf16poly_again.json \
-    --date 2026-11-26 \
+    --retuned-phases --date 2026-11-26 \
     --note "the models suite (--skip-slow), both halves of the broad suite and the tiny suite, f32 and bf16 (f16 on the tiny suite only: emulated here), on this machine with the polyphase and channels-last lowerings, each configuration tuned twice (each candidate's higher time; bf16 forward and BackwardWeights tuned again, twice, after a polyphase speed-up); the holdout half was added after the rules fitted without it had been checked on it"
 
 # Zen3: an AVX2-only CPU (no AVX-512, no VNNI; bf16 and f16 computed in f32), measured on a
 # real Zen3 once per suite (the models suite twice: tune_models_again), f32 and bf16 on the
 # broad halves, every dtype on the models and tiny suites. The holdout half was kept out while
-# the rules fitted without it were checked on it (benchmarks/NOTES.md).
+# the rules fitted without it were checked on it (benchmarks/NOTES.md). Its re-tunes below choose
+# polyphase phases too (--retuned-phases: the table was made so, and its figures measured so).
 Z3=$R/zen3
 # The bf16 (broad halves) and bf16/f16 (models) configurations were tuned again, once, when the
 # polyphase lowering computed in f32 became a candidate ("Polyphase in f32"): those runs
@@ -115,7 +132,7 @@ $MAKE --repeats $Z3/tune_models.json $Z3/tune_models_again.json $Z3/tune_tiny.js
     --remeasured $Z3/tune_broad_holdout_bf16staging.json --remeasured $Z3/tune_broad_holdout_bf16staging_again.json \
     --remeasured $Z3/tune_random_1d_ncxmatmul.json --remeasured $Z3/tune_random_1d_ncxmatmul_again.json \
     --remeasured $Z3/tune_random_1d_ncxmatmul_third.json \
-    --date 2026-11-29 \
+    --retuned-phases --date 2026-11-29 \
     --note "the models suite (--skip-slow, tuned twice: each candidate's higher time), both halves of the broad suite (f32 and bf16) and the tiny suite, once each, on this machine (avx2: bf16 and f16 computed in f32); bf16 and f16 tuned again, once, with the polyphase lowering computed in f32; the two k16 s8 layers tuned again, twice, with up to 64 polyphase phases; the holdout half was added after the rules fitted without it had been checked on it; and 240 random layers (benchmarks/random_layers.py seeds 1-3, 5 and 6, and the grouped and depthwise layers of seed 9; f32, tuned three times each: each candidate's middle time; seed 4 held out), which choose for problems but not for polyphase phases; the grouped layers (2-8 groups) tuned again, three times, f32, with the per-group lowering; the bf16 configurations of the broad suite's three layers whose f32 copies pass 64 MiB tuned again, twice, once their staging memory was kept; the NCX forwards of the random 1-D dense layers tuned again, three times, once the MatMul lowering read a long NCX src as stored; and 90 small random layers (benchmarks/random_layers.py --small, seeds 20, 21 and 23: 0.1-5 M multiply-adds, calls of tens to hundreds of microseconds; f32 and bf16, tuned three times each: each candidate's middle time; seed 22 held out), which choose for problems but not for polyphase phases"
 
 $MAKE --default

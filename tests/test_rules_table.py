@@ -557,6 +557,13 @@ def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     assert [m.layer for m in table.call_layers] == ["models/dcgan1", "tiny/tiny"]
     assert table.call_layers[0].ratios == {"A": 3.0, "B": 1.0}
     assert table.provenance["sources"][-2:] == [new, new2]
+    # --retuned-phases: the new records choose phases too, the earlier ones are dropped (the
+    # Zen3 and Zen5 tables were made so)
+    assert make_rules().main([models, again, tiny, "--repeats", "--remeasured", new, "--remeasured", new2,
+                              "--retuned-phases", "--out", str(out), "--cpu", "zen9"]) == 0
+    table = rules_table.read(out / "zen9-avx2.json")
+    assert [(m.layer, m.ratios, m.calls, m.phases) for m in table.layers] == [
+        ("models/dcgan1", {"A": 3.0, "B": 1.0}, True, True), ("tiny/tiny", {"A": 2.0, "B": 1.0}, True, True)]
 
 
 def test_the_default_generator(tmp_path):
@@ -719,3 +726,19 @@ def test_measured_gemm_grouped_layers_rule_their_kind_only():
     classes = rules_table.Table("t", "t", "t", {}, {(FORWARD, "f32", "NCX", "depthwise-strided"): "A"})
     assert classes.choose(p, ["A", "B"]) is None
     assert classes.choose(dw_2d_problem, ["A", "B"]) == "A"
+
+
+def test_make_tables_remakes_every_shipped_table(tmp_path):
+    """benchmarks/make_tables.sh, run on the tuning runs kept in benchmarks/results/, writes
+    every shipped table byte for byte: a table is its runs and the script's line for them (the
+    Zen4 table's re-tunes had been merged by hand, and the script made another table)."""
+    script = (ROOT / "benchmarks" / "make_tables.sh").read_text(encoding="utf-8")
+    line = 'MAKE="python benchmarks/make_rules.py"'
+    assert line in script
+    script = script.replace(line, f'MAKE="{sys.executable} benchmarks/make_rules.py --out {tmp_path}"')
+    done = subprocess.run(["sh", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shipped = sorted(p.name for p in rules_table.DIRECTORY.glob("*.json"))
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == shipped
+    for name in shipped:
+        assert (tmp_path / name).read_bytes() == (rules_table.DIRECTORY / name).read_bytes(), name
