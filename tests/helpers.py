@@ -452,3 +452,28 @@ CASES: list[Config] = [
 ]
 CASE_IDS = [c.name for c in CASES]
 assert all(c.valid for c in CASES)
+
+
+def bench_main(argv: list[str]) -> tuple[int, str, str]:
+    """``main(argv)`` with stdout and stderr captured and the process's thread counts restored."""
+    import contextlib
+    import io
+    import os
+
+    from onednn_convt.bench.cli import set_threads
+    from onednn_convt.cli import main
+    from onednn_convt.info import omp_max_threads
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    env, threads = os.environ.get("OMP_NUM_THREADS"), omp_max_threads()
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            code = main(argv)
+    finally:
+        if threads is not None:
+            set_threads(threads)
+        if env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env
+    return code, stdout.getvalue(), stderr.getvalue()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import bench_main
 from onednn_convt.bench import report, runner, suites
 from onednn_convt.cli import main
 
@@ -154,7 +155,7 @@ def test_a_skipped_chart_is_noted(tmp_path, monkeypatch: pytest.MonkeyPatch) -> 
     real = importlib.util.find_spec
     monkeypatch.setattr(report, "chart", lambda records, path: False)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
-    code, _, stderr = _bench_main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--repeat", "3",
+    code, _, stderr = bench_main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--repeat", "3",
                                    "--ops", "fwd", "--dtypes", "f32", "--formats", "NCX", "--no-torch",
                                    "--no-reference", "--out", str(tmp_path)])
     assert code == 0
@@ -297,34 +298,11 @@ def test_retry_criteria():
 
 
 # -- the fused suite (bench --suite fused) ----------------------------------------------------
-def _bench_main(argv: list[str]) -> tuple[int, str, str]:
-    """``main(argv)`` with stdout and stderr captured and the process's thread counts restored."""
-    import contextlib
-    import io
-
-    from onednn_convt.bench.cli import set_threads
-    from onednn_convt.info import omp_max_threads
-
-    stdout, stderr = io.StringIO(), io.StringIO()
-    env, threads = os.environ.get("OMP_NUM_THREADS"), omp_max_threads()
-    try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            code = main(argv)
-    finally:
-        if threads is not None:
-            set_threads(threads)
-        if env is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = env
-    return code, stdout.getvalue(), stderr.getvalue()
-
-
 @pytest.fixture(scope="module")
 def fused_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The fused suite on the tiny layer, both formats, a few milliseconds per row."""
     out = tmp_path_factory.mktemp("fused")
-    code, stdout, stderr = _bench_main(["bench", "--suite", "fused", "--quick", "--budget", "0.01", "--layers", "tiny",
+    code, stdout, stderr = bench_main(["bench", "--suite", "fused", "--quick", "--budget", "0.01", "--layers", "tiny",
                                         "--formats", "NCX,NXC", "--out", str(out)])
     doc = json.loads((out / "fused.json").read_text())
     return {"code": code, "out": out, "stdout": stdout, "stderr": stderr, "doc": doc}
@@ -416,7 +394,7 @@ def test_fused_suite_fails_loudly_on_a_wrong_result(tmp_path, monkeypatch: pytes
         dst += 1
 
     monkeypatch.setattr(fused, "numpy_post", off_by_one)
-    code, stdout, _ = _bench_main(["bench", "--suite", "fused", "--quick", "--budget", "0.01", "--layers", "tiny",
+    code, stdout, _ = bench_main(["bench", "--suite", "fused", "--quick", "--budget", "0.01", "--layers", "tiny",
                                    "--dtypes", "f32", "--no-torch", "--out", str(tmp_path)])
     assert code == 1
     results = json.loads((tmp_path / "fused.json").read_text())["results"]
@@ -437,7 +415,7 @@ def test_fused_bench_checks_pass_on_model_sized_layers(tmp_path, layers: str) ->
     post-ops once per tap (the guard strided_deconvolution_epilogue, seen on every k4 s2 p1
     layer of 512-1024 input channels). Timings unused. The default run takes dcgan1, the
     512-channel one (12 s on an AMD Zen3); the slow run both (28 s)."""
-    code, stdout, stderr = _bench_main(["bench", "--suite", "fused", "--quick", "--budget", "0.01", "--repeat", "1",
+    code, stdout, stderr = bench_main(["bench", "--suite", "fused", "--quick", "--budget", "0.01", "--repeat", "1",
                                         "--layers", layers, "--formats", "NCX,NXC", "--no-torch",
                                         "--no-chart", "--out", str(tmp_path)])
     results = json.loads((tmp_path / "fused.json").read_text())["results"]
@@ -470,9 +448,9 @@ def test_fused_checks() -> None:
 
 
 def test_fused_suite_runs_alone() -> None:
-    code, _, stderr = _bench_main(["bench", "--suite", "fused,tiny"])
+    code, _, stderr = bench_main(["bench", "--suite", "fused,tiny"])
     assert code == 2 and "runs alone" in stderr
-    code, _, stderr = _bench_main(["bench", "--suite", "fused", "--dtypes", "f16"])
+    code, _, stderr = bench_main(["bench", "--suite", "fused", "--dtypes", "f16"])
     assert code == 2 and "not f16" in stderr
 
 
@@ -564,7 +542,7 @@ def step_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("step")
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(training_step.NETWORKS, "dcgan", (2, *training_step.NETWORKS["dcgan"][1:]))
-        code, stdout, stderr = _bench_main(["bench", "--suite", "step", "--quick", "--budget", "0.01", "--repeat", "3",
+        code, stdout, stderr = bench_main(["bench", "--suite", "step", "--quick", "--budget", "0.01", "--repeat", "3",
                                             "--out", str(out)])
     doc = json.loads((out / "step.json").read_text())
     return {"code": code, "out": out, "stdout": stdout, "stderr": stderr, "doc": doc}
@@ -609,7 +587,7 @@ def test_bias_rows_give_every_side_the_bias(tmp_path) -> None:
     """``--bias``: each forward takes a bias (keys end in /bias, the backward ops are as
     before), and ours, PyTorch's and the reference's results agree on it."""
     pytest.importorskip("torch")
-    code, _, stderr = _bench_main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--repeat", "3",
+    code, _, stderr = bench_main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--repeat", "3",
                                    "--bias", "--dtypes", "f32", "--formats", "NCX,NXC", "--out", str(tmp_path),
                                    "--name", "biased"])
     assert code == 0, stderr
@@ -674,19 +652,19 @@ def test_bench_times_the_layers_of_a_file(tmp_path) -> None:
     layers.write_text(json.dumps([{"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4],
                                    "stride": 2, "pad": 1, "groups": 2},
                                   {"name": "other", "n": 1, "ic": 3, "oc": 3, "spatial": [6], "kernel": [3]}]))
-    code, stdout, stderr = _bench_main(["bench", "--layers-json", str(layers), "--layers", "up", "--quick",
+    code, stdout, stderr = bench_main(["bench", "--layers-json", str(layers), "--layers", "up", "--quick",
                                         "--budget", "0.01", "--repeat", "3", "--dtypes", "f32", "--no-torch",
                                         "--no-chart", "--out", str(tmp_path), "--name", "mine"])
     assert code == 0, stdout + stderr
     rows = json.loads((tmp_path / "mine.json").read_text())["results"]
-    code, _, stderr = _bench_main(["bench", "--layers-json", str(layers), "--suite", "step", "--out", str(tmp_path)])
+    code, _, stderr = bench_main(["bench", "--layers-json", str(layers), "--suite", "step", "--out", str(tmp_path)])
     assert code == 2 and "--layers-json" in stderr and "step" in stderr  # not silently the step suite
     assert sorted(r["key"] for r in rows) == sorted(f"custom/up/{op}/f32/{fmt}" for op in suites.OPS
                                                     for fmt in suites.FORMATS)
     assert all(r["ref_err"] < 1e-5 and r["median_ms"] > 0 for r in rows), rows
     layers.write_text(json.dumps([{"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4],
                                    "groups": 3}]))
-    code, _, stderr = _bench_main(["bench", "--layers-json", str(layers), "--out", str(tmp_path)])
+    code, _, stderr = bench_main(["bench", "--layers-json", str(layers), "--out", str(tmp_path)])
     assert code == 2 and "bench: --layers-json" in stderr and "divisible by groups" in stderr
 
 
@@ -698,3 +676,14 @@ def test_result_files_keep_no_machine_paths() -> None:
             "--suite", "tiny", "--name", "a/b"]
     assert _without_paths(argv) == ["--layers-json", "layers.json", "--out=results", "--compare", "run.json",
                                     "--suite", "tiny", "--name", "a/b"]
+
+
+@pytest.mark.parametrize("op", ["bwd_d", "bwd_w"])
+def test_the_reference_checks_gradients_of_layers_with_output_padding(op: str) -> None:
+    """The gradients' reference takes no output_padding (their shapes carry it): a small
+    layer with one (CycleGAN's k3 s2 op1) is checked, not an error row."""
+    layer = suites.Layer("op1", 2, 6, 4, (5, 5), (3, 3), 2, 1, output_padding=1)
+    opts = runner.Options(repeat=3, budget=0.01, torch=False, memory=False)
+    rec = runner.run_config(suites.Config("test", layer, op, "f32", "NCX"), opts, {})
+    assert "error" not in rec, rec
+    assert rec["ref_err"] < 1e-5
