@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import arguments, cpu
-from . import peers, report, runner, suites, timing
+from . import inference_peers, inference_report, peers, report, runner, suites, timing
 from .peak import peak_for
 
 #: ``onednn-convt bench --help``'s text above the options
@@ -104,6 +104,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "second process would: its first call reads the choice from the cache; "
                              "and time tuned first calls against untuned ones in alternating pairs")
     parser.add_argument("--no-torch", action="store_true", help="do not compare with PyTorch")
+    parser.add_argument("--peers", type=arguments.comma_list(inference_peers.PEERS), default=[],
+                        help="also compare with these inference runtimes, where they fit (forward and "
+                             "BackwardData in NCX; ONNX Runtime in f32, OpenVINO in f32 and the dtypes "
+                             "its CPU plugin runs natively), each against our call with the weights "
+                             "bound as constant: " + ",".join(inference_peers.PEERS)
+                             + " (pip install 'onednn-convt[bench]')")
     parser.add_argument("--no-reference", action="store_true", help="do not time the NumPy reference")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
 
@@ -170,6 +176,7 @@ def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[st
         "argv": _without_paths(sys.argv[1:]), "autotune": bool(getattr(args, "autotune", False)),
         # which measured table chose the lowerings: its name, file digest and provenance
         "rules_table": rules.result_record(),
+        "peers": inference_peers.versions(tuple(getattr(args, "peers", ()))),
     }
 
 
@@ -203,7 +210,14 @@ def run(args: argparse.Namespace) -> int:
         reference=not args.no_reference,
         wait_idle=args.wait_idle,
         torch_limit=args.torch_limit,
+        peers=tuple(args.peers),
+        threads=threads,
     )
+    for peer in opts.peers:
+        absent = inference_peers.missing(peer)
+        if absent is not None:
+            print(f"bench: --peers {peer}: {absent}", file=sys.stderr)
+            return 2
     unwritable = arguments.make_writable_dir("bench: --out", args.out)
     if unwritable:
         print(unwritable, file=sys.stderr)
@@ -308,6 +322,9 @@ def run(args: argparse.Namespace) -> int:
     print(report.text_table(records))
     print()
     print(report.LEGEND)
+    if opts.peers:
+        print()
+        print(inference_report.text(records))
     busy = [r["others_cpu"] for r in records if r.get("others_cpu") is not None]
     if busy and max(busy) > BUSY:
         print(f"\nWARNING: other processes used up to {max(busy):.1f} CPUs during this run "
@@ -329,7 +346,8 @@ def run(args: argparse.Namespace) -> int:
     report.write_csv(records, args.out / f"{base}.csv")
     (args.out / f"{base}.md").write_text(
         "\n".join(report.header_lines(meta, peak)) + "\n\n" + report.markdown_table(records) + "\n\n"
-        + report.LEGEND + "\n\nSummary:\n" + report.summary_text(items) + "\n"
+        + report.LEGEND + "\n\n" + (inference_report.markdown(records) + "\n\n" if opts.peers else "")
+        + "Summary:\n" + report.summary_text(items) + "\n"
     )
     written = [f"{base}.json", f"{base}.csv", f"{base}.md"]
     if not args.no_chart:
@@ -355,6 +373,10 @@ def _progress(rec: dict[str, Any]) -> str:
     text = f"{rec['median_ms']:.3g} ms, {rec['gflops']:.3g} GFLOP/s, compile {rec['compile_ms']:.3g} ms"
     if rec.get("torch_ms") is not None:
         text += f", torch {rec['torch_ms']:.3g} ms ({rec['vs_torch']:.2f}x)"
+    for peer in inference_peers.PEERS:
+        prefix = inference_peers.PREFIX[peer]
+        if rec.get(f"{prefix}_ms") is not None:
+            text += f", {peer} {rec[f'{prefix}_ms']:.3g} ms ({rec[f'vs_{prefix}']:.2f}x)"
     if runner.flagged(rec):
         text += f", REFERENCE ERROR {rec['ref_err']:.1e}"
     return text

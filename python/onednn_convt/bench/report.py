@@ -129,14 +129,18 @@ def _rows(records: Sequence[Record]) -> list[list[str]]:
 
 def text_table(records: Sequence[Record]) -> str:
     """A fixed-width table, one line per configuration."""
-    headers = [h for h, _ in COLUMNS]
-    rows = _rows(records)
+    return fixed_width([h for h, _ in COLUMNS], _rows(records), left=5)
+
+
+def fixed_width(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> str:
+    """``rows`` under ``headers`` in columns as wide as their widest cell, the first ``left``
+    columns aligned left and the others right; a cell starting with ``ERROR`` ends its row
+    and sets no width."""
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row[: len(widths)]):
             if not cell.startswith("ERROR"):
                 widths[i] = max(widths[i], len(cell))
-    left = {0, 1, 2, 3, 4}
 
     def line(cells: Sequence[str]) -> str:
         out = []
@@ -144,20 +148,24 @@ def text_table(records: Sequence[Record]) -> str:
             if c.startswith("ERROR"):
                 out.append(c)
                 break
-            out.append(c.ljust(widths[i]) if i in left else c.rjust(widths[i]))
+            out.append(c.ljust(widths[i]) if i < left else c.rjust(widths[i]))
         return "  ".join(out).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def markdown_table(records: Sequence[Record]) -> str:
-    """The same table in Markdown."""
-    headers = [h for h, _ in COLUMNS]
+def markdown_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """``rows`` under ``headers`` as a Markdown table (short rows padded, ``|`` in a cell as ``/``)."""
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
-    for row in _rows(records):
-        row = row + [""] * (len(headers) - len(row))
+    for row in rows:
+        row = list(row) + [""] * (len(headers) - len(row))
         out.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
     return "\n".join(out)
+
+
+def markdown_table(records: Sequence[Record]) -> str:
+    """The same table in Markdown."""
+    return markdown_rows([h for h, _ in COLUMNS], _rows(records))
 
 
 def header_lines(meta: dict[str, Any], peak: Optional[dict[str, Any]]) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from ..info import cache_info, clear_cache
-from . import peers, timing
+from . import inference_peers, peers, timing
 from .peak import peak_for
 from .suites import Config
 
@@ -40,6 +40,10 @@ class Options:
             processes to leave the CPUs alone.
         torch_limit: in bf16/f16, when a PyTorch call is estimated (from batch 1) to take
             longer than this many seconds, report the estimate instead of running it.
+        peers: inference runtimes to compare with, where they fit
+            (:data:`.inference_peers.PEERS`: ``onnxruntime``, ``openvino``).
+        threads: the thread count the peers' pools get (oneDNN's and PyTorch's are set by
+            the caller: ``bench.cli.set_threads``).
     """
 
     repeat: int = 11
@@ -49,6 +53,8 @@ class Options:
     memory: bool = True
     wait_idle: float = 0.0
     torch_limit: float = 5.0
+    peers: tuple[str, ...] = ()
+    threads: int = 1
 
 
 #: seconds of sleep before each batch when ours and PyTorch's calls alternate
@@ -185,6 +191,8 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
 
     if opts.torch:
         _measure_torch(case, opts, steady, rec, lambda: op(*args))
+    if opts.peers:
+        _measure_inference_peers(case, opts, steady, rec)
     gflops = cfg.flops / (rec["median_ms"] / 1e3) / 1e9
     rec["gflops"] = gflops
     rec["pct_peak"] = 100.0 * gflops / peak_for(peak, cfg.dtype) if peak else None
@@ -287,6 +295,53 @@ def _measure_torch(
     rec["torch_iqr_ms"] = t.iqr * 1e3
     rec["torch_best_ms"] = t.best * 1e3
     rec["vs_torch"] = t.median / (rec["median_ms"] / 1e3)
+
+
+def _measure_inference_peers(case: Any, opts: Options, ours: np.ndarray, rec: dict[str, Any]) -> None:
+    """Time the inference runtimes of ``opts.peers`` where they fit the configuration
+    (:mod:`.inference_peers`): each graph holds the weights as constants, so our call runs
+    with the weights bound as constant too (``op.with_constant_weights``). The peers and our
+    call are timed in rounds, one batch of each in turn after a short sleep (another
+    runtime's threads stop spinning), so that all see the same moments of the machine.
+
+    Records, per peer (prefix ``ort`` for ONNX Runtime, ``ov`` for OpenVINO): ``<p>_ms``,
+    ``vs_<p>`` (its time over ours: > 1, we are faster), ``<p>_err`` (its first result
+    against our steady one, as ``torch_err``), ``<p>_precision`` (the dtype its kernel
+    computed in), or ``<p>_note`` (why it does not fit) or ``<p>_error`` (it failed); and
+    ``peers_ours_ms``, our bound call's time in those rounds."""
+    cfg = case.config
+    runs, names = [], []
+    for peer in opts.peers:
+        prefix = inference_peers.PREFIX[peer]
+        why = inference_peers.unfit(peer, cfg)
+        if why is not None:
+            rec[f"{prefix}_note"] = why
+            continue
+        try:
+            compiled = inference_peers.call(peer, case, opts.threads)
+            rec[f"{prefix}_err"] = peers.relative_error(compiled.run(), ours)
+        except Exception as e:  # noqa: BLE001 - a peer's failure is its own field, not the row's
+            rec[f"{prefix}_error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            continue
+        rec[f"{prefix}_precision"] = compiled.precision
+        runs.append(compiled.run)
+        names.append(prefix)
+    if not runs:
+        return
+    bound = case.op.with_constant_weights(case.args[1])
+    rest = (case.args[0], *case.args[2:])
+    bound(*rest)  # compiles; the weights reordered once
+    runners = [timing.python_runner(lambda: bound(*rest)), *(timing.python_runner(r) for r in runs)]
+    timing.settle()
+    try:
+        times, _ = timing.measure_rounds(runners, opts.repeat, len(runners) * opts.budget,
+                                         gaps=[_PAIR_GAP] * len(runners))
+    finally:
+        timing.settle()
+    rec["peers_ours_ms"] = times[0].median * 1e3
+    for prefix, t in zip(names, times[1:]):
+        rec[f"{prefix}_ms"] = t.median * 1e3
+        rec[f"vs_{prefix}"] = t.median / times[0].median
 
 
 def _measure_reference(case: Any, opts: Options, ours: Sequence[np.ndarray], rec: dict[str, Any]) -> None:
