@@ -106,8 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-torch", action="store_true", help="do not compare with PyTorch")
     parser.add_argument("--peers", type=arguments.comma_list(inference_peers.PEERS), default=[],
                         help="also compare with these inference runtimes, where they fit (forward and "
-                             "BackwardData in NCX; ONNX Runtime in f32, OpenVINO in f32 and the dtypes "
-                             "its CPU plugin runs natively), each against our call with the weights "
+                             "BackwardData; ONNX Runtime in NCX and f32, OpenVINO in NCX and NXC, in f32 "
+                             "and the dtypes its CPU plugin runs natively), each against our call with the weights "
                              "bound as constant: " + ",".join(inference_peers.PEERS)
                              + " (pip install 'onednn-convt[bench]')")
     parser.add_argument("--no-reference", action="store_true", help="do not time the NumPy reference")

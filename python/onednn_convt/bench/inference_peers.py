@@ -14,8 +14,10 @@ weights bound as constant (``op.with_constant_weights``), side by side in one pr
 
 Layouts and dtypes:
 
-* NCX only: both graphs are NCHW. (An NXC row would time a transpose of the peer's
-  making, not its convolution.)
+* ONNX Runtime: NCX only (ONNX's convolutions are NCHW; an NXC row would time transposes
+  around them). OpenVINO: NCX, and NXC as an OpenVINO user with channels-last data runs it,
+  the graph NCHW and its input and output declared NHWC (``PrePostProcessor``): its CPU
+  plugin then picks its channels-last kernel.
 * ONNX Runtime: f32 (its CPU execution provider has f32 kernels for these ops only).
 * OpenVINO: f32, with ``INFERENCE_PRECISION_HINT`` f32 (on a bf16 CPU its default is bf16);
   bf16 where the CPU plugin lists BF16 among its capabilities: the f32 graph with the hint
@@ -96,8 +98,8 @@ def unfit(peer: str, cfg: Config) -> Optional[str]:
     lay = cfg.layer
     if cfg.op == "bwd_w":
         return "no inference op computes a weights gradient"
-    if cfg.data_format != "NCX":
-        return "NCX only (its graphs are NCHW)"
+    if peer == "onnxruntime" and cfg.data_format != "NCX":
+        return "NCX only (ONNX's convolutions are NCHW)"
     if cfg.op == "bwd_d" and lay.output_padding >= lay.stride:
         return "BackwardData as a convolution: output_padding >= stride adds an output row"
     if peer == "onnxruntime" and cfg.dtype != "f32":
@@ -117,8 +119,8 @@ class PeerCall:
     """A configuration compiled in a peer.
 
     Attributes:
-        run: runs it, returning the result as float32 NCX (OpenVINO's is its output
-            buffer, which the next run overwrites).
+        run: runs it, returning the result as float32 in the configuration's layout
+            (OpenVINO's is its output buffer, which the next run overwrites).
         precision: the dtype its kernel computes in, as the peer reports it (``f32``,
             ``bf16``, ``f16``): OpenVINO may keep f32 where bf16 was asked for (it does on
             an AMD Zen4).
@@ -129,7 +131,8 @@ class PeerCall:
 
 
 def call(peer: str, case: Case, threads: int) -> PeerCall:
-    """``case`` built and compiled in ``peer``, which must fit it (:func:`unfit`)."""
+    """``case`` built and compiled in ``peer``, which must fit it (:func:`unfit`); its inputs
+    in the configuration's layouts."""
     cfg = case.config
     assert unfit(peer, cfg) is None, (peer, cfg.key)
     inputs = case.f32_args()
@@ -188,7 +191,13 @@ def _openvino(cfg: Config, data: np.ndarray, weights: np.ndarray, bias: Optional
     ops = ov.opset13
     g = _geometry(cfg)
     groups = cfg.layer.groups
-    x = ops.parameter(list(data.shape), ov.Type.f32, name="x")
+    channels_last = cfg.data_format == "NXC"
+    if channels_last:  # the graph is NCHW: (N, X..., C) data and (X..., O, I) weights moved
+        weights = np.moveaxis(weights, (-1, -2), (0, 1))
+        logical = [data.shape[0], data.shape[-1], *data.shape[1:-1]]
+    else:
+        logical = list(data.shape)
+    x = ops.parameter(logical, ov.Type.f32, name="x")
     w = weights if groups == 1 else weights.reshape(groups, weights.shape[0] // groups, *weights.shape[1:])
     filters = ops.constant(np.ascontiguousarray(w))
     common = {"strides": g["strides"], "pads_begin": g["pads_begin"], "pads_end": g["pads_end"],
@@ -201,6 +210,8 @@ def _openvino(cfg: Config, data: np.ndarray, weights: np.ndarray, bias: Optional
     if bias is not None:
         y = ops.add(y, ops.constant(bias.reshape(1, -1, *[1] * len(g["kernel"]))))
     model = ov.Model([y], [x], cfg.key)
+    if channels_last:
+        model = _channels_last_io(ov, model, len(g["kernel"]), list(data.shape))
     precision = {"f32": "f32", "bf16": "bf16", "f16": "f16"}[cfg.dtype]
     compiled = ov.Core().compile_model(model, "CPU", {
         "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"})
@@ -212,6 +223,24 @@ def _openvino(cfg: Config, data: np.ndarray, weights: np.ndarray, bias: Optional
         return np.asarray(request.get_output_tensor(0).data)
 
     return PeerCall(run, _openvino_precision(compiled))
+
+
+#: OpenVINO's layout names per spatial rank: (channels first, channels last)
+_OPENVINO_LAYOUTS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
+
+
+def _channels_last_io(ov: Any, model: Any, rank: int, shape: list[int]) -> Any:
+    """``model`` (NCHW) with its input and output tensors declared channels-last, the
+    input of ``shape``: OpenVINO's way to take channels-last data."""
+    from openvino.preprocess import PrePostProcessor
+
+    first, last = (ov.Layout(name) for name in _OPENVINO_LAYOUTS[rank])
+    steps = PrePostProcessor(model)
+    steps.input().tensor().set_layout(last).set_shape(shape)
+    steps.input().model().set_layout(first)
+    steps.output().model().set_layout(first)
+    steps.output().tensor().set_layout(last)
+    return steps.build()
 
 
 #: OpenVINO's names of its runtime precisions, as dtype codes
