@@ -56,6 +56,8 @@ EXTRA = [
     Config(src=(2, 3, 2), kernel=(2, 2, 2), strides=2, ic=3, oc=4, data_format="NXC", weights_format="XOI",
            bias=True, name="3d_tiles_bias"),
     Config(src=(3, 4), kernel=(2, 2), strides=2, ic=5, oc=3, bias=True, name="2d_tiles_bias"),
+    # NCX and IOX with no bias: the forward's weights copied so that src is read as stored
+    Config(src=(2, 3, 2), kernel=(2, 3, 2), strides=(2, 3, 2), n=2, ic=3, oc=4, name="3d_tiles_ncx"),
     # ... with the weights in the activations' other layout (BackwardData copies them
     # transposed), several samples
     Config(src=(3, 4), kernel=(2, 3), strides=(2, 3), n=3, ic=5, oc=3, weights_format="XOI",
@@ -166,6 +168,25 @@ def test_the_tiles_matmul_takes_no_f16_bias(code, fmt):
     given = low.library_args(call_arrays(FWD, cfg, arrays), emulated=False)
     assert len(given) == (2 if code == "f16" else 3)
     assert (low.finish is not None) == (code == "f16" or fmt == "NCX")
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("src, bias", [((3, 4), False), ((3, 4), True), ((1, 1), False)])
+def test_the_ncx_tiles_forward_copies_iox_weights_unless_that_saves_nothing(code, src, bias):
+    """In NCX the tiles forward reads src as stored, the IOX weights copied into the
+    product's order (1.25-1.44x faster on an AMD Zen4); it reads src through a transposed
+    view, the weights as stored, where the MatMul adds the bias (not in f16) or src has one
+    position (its result is dst)."""
+    cfg = Config(src=src, kernel=(2, 2), strides=2, ic=5, oc=3, bias=bias)
+    arrays = inputs_of(FWD, cfg.tensors(np.random.default_rng(0), code), cfg)
+    problem = op_of(FWD, cfg)._problem(call_arrays(FWD, cfg, arrays), code)
+    low = lowering.build(problem, base.TILES)
+    copied = src != (1, 1) and not (bias and code != "f16")
+    assert low.prepared_elems == (4 * 3 * 5 if copied else 0)
+    weights, cols = low.library_args(call_arrays(FWD, cfg, arrays), emulated=False)[:2]
+    if copied:  # W (K*OC, IC) @ cols (N, IC, P): src as stored
+        assert weights.shape == (12, 5) and weights.flags.c_contiguous
+        assert np.shares_memory(cols, arrays[0]) and cols.flags.c_contiguous
 
 
 def test_a_guarded_problem_has_the_guards_lowering_alone():

@@ -121,7 +121,7 @@ def build(p: Problem, name: str, in_f32: bool = False) -> Lowering:
         return Lowering(base.MATMUL, inputs=(0, 1), out_shape=p.out_shape, name=name, **parts)
     if name == base.TILES:
         parts = matmul_tiles.conv_transpose(p.input_shapes[0], p.kernel, p.oc // p.groups, p.data_format,
-                                            p.weights_format, bias_in_matmul=p.dtype != "f16")
+                                            p.weights_format, bias_in_matmul=p.dtype != "f16", bias=p.bias)
         return Lowering(base.MATMUL, inputs=inputs, out_shape=p.out_shape, guard=guard, name=name, **parts)
     if name == base.FLIPPED_CONVOLUTION:
         return _flipped_convolution(p, inputs)

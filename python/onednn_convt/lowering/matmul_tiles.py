@@ -17,10 +17,11 @@ In NXC the forward writes dst itself: one MatMul whose batch dims broadcast src 
 taps of all but the last spatial dim and the weights over the positions
 (:func:`_conv_transpose_nxc`). BackwardData writes diff_src itself too: per sample in NCX,
 as rows in NXC, the weights copied transposed where their layout is the other one (small;
-:func:`conv_transpose_backward_data`). Elsewhere, as in :mod:`onednn_convt.matmul_lowering`,
-the product is oriented so that the weights are read as stored: IOX weights are (IC,
-OC*K), taps inner; XOI weights are (K*OC, IC), taps outer; the activations are laid out to
-match, in one permuting copy per side (:mod:`.permute`: oneDNN's Reorder over the thread
+:func:`conv_transpose_backward_data`). The forward in NCX reads src as stored, IOX weights
+copied into the product's order (:func:`conv_transpose`). Elsewhere, as in
+:mod:`onednn_convt.matmul_lowering`, the product is oriented so that the weights are read
+as stored: IOX weights are (IC, OC*K), taps inner; XOI weights are (K*OC, IC), taps outer;
+the activations are laid out to match, in one permuting copy per side (:mod:`.permute`: oneDNN's Reorder over the thread
 pool). (Weights read through a transposed view, rather than copied, measured 1.3-2.3x
 slower on the U-Net BackwardData layers of benchmarks/guards.py.)
 """
@@ -68,12 +69,20 @@ def _split_shape(n: int, c: int, xs: Sequence[int], kernel: Sequence[int], ncx: 
 
 def conv_transpose(
     src_shape: Sequence[int], kernel: Sequence[int], oc: int, data_format: str, weights_format: str,
-    bias_in_matmul: bool = True,
+    bias_in_matmul: bool = True, bias: bool = False,
 ) -> dict[str, Any]:
-    """The pieces of a :class:`onednn_convt.ops.Lowering` for a forward call. A bias is the
-    MatMul's, repeated over the taps of each output channel; in the one form whose result
-    has the channels on its rows (XOI weights, NCX), and wherever ``bias_in_matmul`` is
-    false, it is added in the finishing step in f32, as the 1-D MatMul lowering does.
+    """The pieces of a :class:`onednn_convt.ops.Lowering` for a forward call (``bias``: the
+    call has one). A bias is the MatMul's, repeated over the taps of each output channel; in
+    the form whose result has the channels on its rows (NCX, but for IOX weights with a bias
+    the MatMul takes), and wherever ``bias_in_matmul`` is false, it is added in the
+    finishing step in f32, as the 1-D MatMul lowering does.
+
+    In NCX the product reads src as stored, W (K*OC, IC) @ cols (N, IC, P), IOX weights
+    copied into that order (K*OC*IC elements, small). Reading src through a transposed view
+    instead, rows (N, P, IC) @ W (IC, OC*K) with the weights as stored, took 1.25-1.44x the
+    time on an AMD Zen4 (U-Net's and the 3-D k2 s2 layers, f32 and bf16, the same bits);
+    it stays where it saves a step: one src position (its result is dst), and a bias the
+    MatMul adds.
 
     ``bias_in_matmul`` false is for f16: oneDNN 3.2 runs an f16 MatMul that has a bias on
     its reference kernel (``ref:any``; the Graph API takes no f32 bias for it): on a
@@ -81,11 +90,12 @@ def conv_transpose(
     bias took 6.6 s, without one 3.6 ms."""
     if data_format == "NXC":
         return _conv_transpose_nxc(src_shape, kernel, oc, weights_format, bias_in_matmul)
-    iox = weights_format == "IOX"
     n, xs, ic = src_shape[0], tuple(src_shape[2:]), src_shape[1]
     r, p, k = len(kernel), math.prod(xs), math.prod(kernel)
-    # IOX: rows (N, P, IC) @ W (IC, OC*K), the library's result (N, x..., OC, k...);
-    # XOI: W (K*OC, IC) @ cols (N, IC, P), the library's result (N, k..., OC, x...)
+    copied = weights_format == "IOX" and not (p == 1 or bias and bias_in_matmul)
+    iox = weights_format == "IOX" and not copied
+    # rows: rows (N, P, IC) @ W (IC, OC*K), the library's result (N, x..., OC, k...);
+    # else: W (K*OC, IC) @ cols (N, IC, P), the library's result (N, k..., OC, x...)
     if iox:
         tiles, x_at, k_at, c_at = (n, *xs, oc, *kernel), range(1, 1 + r), range(2 + r, 2 + 2 * r), 1 + r
     else:
@@ -98,6 +108,8 @@ def conv_transpose(
         if iox:  # rows (N, P, IC) @ W (IC, OC*K), + the bias per column
             bias = [np.repeat(args[2], k)] if len(args) > 2 and bias_in_matmul else []
             return [src.reshape(n, ic, p).transpose(0, 2, 1), w.reshape(ic, oc * k), *bias]
+        if copied:  # (IC, OC, k...) -> (k..., OC, IC)
+            w = np.ascontiguousarray(w.transpose(*range(2, 2 + r), 1, 0))
         return [w.reshape(k * oc, ic), src.reshape(n, ic, p)]  # W (K*OC, IC) @ cols (N, IC, P)
 
     def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
@@ -111,7 +123,7 @@ def conv_transpose(
         "prepare": prepare,
         **({} if one_tile else {"finish": finish}),
         "library_shape": (n, p, oc * k) if iox else (n, k * oc, p),
-        "prepared_elems": 0,  # views only
+        "prepared_elems": k * oc * ic if copied else 0,  # the weights copied, else views only
         # the permuting copy into dst, and an f32 one with a bias added here
         "finish_elems": math.prod(dst_shape) * (1 if iox and bias_in_matmul else 2),
         "weights_arg": 1 if iox else 0,
