@@ -112,3 +112,23 @@ def test_the_report_marks_a_peer_that_computed_in_another_dtype_or_disagreed() -
     text = inference_report.text([rec])
     assert "2 (f32)" in text and "5.0e-01!" in text and "2.00" in text
     assert "onnxruntime did not fit 1 configurations: f32 only" in text
+
+
+def test_a_peer_that_fails_is_its_own_field_not_the_rows(monkeypatch) -> None:
+    """A peer raising (a graph it rejects) records ``<p>_error`` with the exception's first
+    line; the row keeps its own figures, and the other peer still runs."""
+    from onednn_convt.bench import runner
+
+    def call(peer, case, threads):
+        if peer == "onnxruntime":
+            raise RuntimeError("rejected\nsecond line")
+        return inference_peers.PeerCall(lambda: case.op(*case.args).astype("float32"), "f32")
+
+    monkeypatch.setattr(inference_peers, "unfit", lambda peer, cfg: None)
+    monkeypatch.setattr(inference_peers, "call", call)
+    opts = runner.Options(repeat=3, budget=0.01, torch=False, reference=False, memory=False,
+                          peers=inference_peers.PEERS, threads=1)
+    rec = runner.run_config(suites.Config("test", LAYERS[1], "fwd", "f32", "NCX"), opts, {})
+    assert "error" not in rec and rec["median_ms"] > 0
+    assert rec["ort_error"] == "RuntimeError: rejected" and "ort_ms" not in rec
+    assert rec["ov_err"] == 0.0 and rec["vs_ov"] > 0 and rec["ov_precision"] == "f32"

@@ -321,7 +321,8 @@ def _measure_inference_peers(case: Any, opts: Options, ours: np.ndarray, rec: di
             compiled = inference_peers.call(peer, case, opts.threads)
             rec[f"{prefix}_err"] = peers.relative_error(compiled.run(), ours)
         except Exception as e:  # noqa: BLE001 - a peer's failure is its own field, not the row's
-            rec[f"{prefix}_error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            first_line = (str(e).strip().splitlines() or [""])[0]
+            rec[f"{prefix}_error"] = f"{type(e).__name__}: {first_line[:200]}"
             continue
         rec[f"{prefix}_precision"] = compiled.precision
         runs.append(compiled.run)
