@@ -21,26 +21,9 @@ from onednn_convt.cli import main
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("bench")
-    import contextlib
-    import io
-
-    from onednn_convt.bench.cli import set_threads
-    from onednn_convt.info import omp_max_threads
-
-    stdout, stderr = io.StringIO(), io.StringIO()
-    env, threads = os.environ.get("OMP_NUM_THREADS"), omp_max_threads()
-    try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            code = main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--out", str(out),
-                         "--name", "run"])
-    finally:  # the run sets the thread counts of the whole process: give the tests theirs back
-        if threads is not None:
-            set_threads(threads)
-        if env is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = env
-    return {"code": code, "out": out, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
+    code, stdout, stderr = bench_main(["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--out", str(out),
+                                       "--name", "run"])
+    return {"code": code, "out": out, "stdout": stdout, "stderr": stderr}
 
 
 def test_run_succeeds_and_writes_files(tiny_run: dict) -> None:
