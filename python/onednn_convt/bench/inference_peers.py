@@ -32,6 +32,7 @@ the call timed next to them).
 from __future__ import annotations
 
 import functools
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -53,17 +54,7 @@ ONNX_OPSET = 17
 def _module(name: str) -> Any:
     """``onnxruntime``, ``openvino`` or ``onnx``, or None if it is not installed."""
     try:
-        if name == "openvino":
-            import openvino
-
-            return openvino
-        if name == "onnxruntime":
-            import onnxruntime
-
-            return onnxruntime
-        import onnx
-
-        return onnx
+        return importlib.import_module(name)
     except ImportError:
         return None
 
@@ -212,9 +203,8 @@ def _openvino(cfg: Config, data: np.ndarray, weights: np.ndarray, bias: Optional
     model = ov.Model([y], [x], cfg.key)
     if channels_last:
         model = _channels_last_io(ov, model, len(g["kernel"]), list(data.shape))
-    precision = {"f32": "f32", "bf16": "bf16", "f16": "f16"}[cfg.dtype]
-    compiled = ov.Core().compile_model(model, "CPU", {
-        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"})
+    compiled = ov.Core().compile_model(model, "CPU", {  # the precision hint is the dtype's code
+        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": cfg.dtype, "PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
     feed = {0: np.ascontiguousarray(data)}
 

@@ -168,8 +168,7 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     _, rss_peak = timing.rss_bytes()
     # the errors below are judged on the first call and on a steady one (the path timed)
     steady = op(*args)
-    if hasattr(op, "with_constant_weights"):
-        _measure_constant_weights(op, args, out, opts, rec)
+    bound = _measure_constant_weights(op, args, out, opts, rec) if hasattr(op, "with_constant_weights") else None
 
     rec["compile_ms"] = max(0.0, first - ours.median) * 1e3
     _record_ours(rec, ours)
@@ -192,7 +191,7 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     if opts.torch:
         _measure_torch(case, opts, steady, rec, lambda: op(*args))
     if opts.peers:
-        _measure_inference_peers(case, opts, steady, rec)
+        _measure_inference_peers(case, opts, steady, rec, bound)
     gflops = cfg.flops / (rec["median_ms"] / 1e3) / 1e9
     rec["gflops"] = gflops
     rec["pct_peak"] = 100.0 * gflops / peak_for(peak, cfg.dtype) if peak else None
@@ -201,10 +200,13 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     rec["others_cpu"] = monitor.others()
 
 
-def _measure_constant_weights(op: Any, args: Sequence[Any], out: np.ndarray, opts: Options, rec: dict[str, Any]) -> None:
+def _measure_constant_weights(
+    op: Any, args: Sequence[Any], out: np.ndarray, opts: Options, rec: dict[str, Any]
+) -> Callable[[], Any]:
     """The same call with the weights bound as constant (``op.with_constant_weights``: the
     library reorders them once), timed with out= in alternating batches against the plain
-    out= call. ``const_equal``: both wrote the same bytes."""
+    out= call. ``const_equal``: both wrote the same bytes. Returns that call (allocating its
+    result), compiled, for the inference peers (:func:`_measure_inference_peers`)."""
     bound = op.with_constant_weights(args[1])
     rest = (args[0], *args[2:])
     const_out = np.empty_like(out)
@@ -217,6 +219,7 @@ def _measure_constant_weights(op: Any, args: Sequence[Any], out: np.ndarray, opt
     )
     rec["const_out_ms"] = const.median * 1e3
     rec["const_gain"] = plain.median / const.median
+    return lambda: bound(*rest)
 
 
 def _record_ours(rec: dict[str, Any], t: timing.Timing) -> None:
@@ -297,10 +300,13 @@ def _measure_torch(
     rec["vs_torch"] = t.median / (rec["median_ms"] / 1e3)
 
 
-def _measure_inference_peers(case: Any, opts: Options, ours: np.ndarray, rec: dict[str, Any]) -> None:
+def _measure_inference_peers(
+    case: Any, opts: Options, ours: np.ndarray, rec: dict[str, Any], bound: Optional[Callable[[], Any]]
+) -> None:
     """Time the inference runtimes of ``opts.peers`` where they fit the configuration
     (:mod:`.inference_peers`): each graph holds the weights as constants, so our call runs
-    with the weights bound as constant too (``op.with_constant_weights``). The peers and our
+    with the weights bound as constant too (``bound``, from ``op.with_constant_weights``;
+    None for an op without weights, which no peer fits). The peers and our
     call are timed in rounds, one batch of each in turn after a short sleep (another
     runtime's threads stop spinning), so that all see the same moments of the machine.
 
@@ -327,12 +333,9 @@ def _measure_inference_peers(case: Any, opts: Options, ours: np.ndarray, rec: di
         rec[f"{prefix}_precision"] = compiled.precision
         runs.append(compiled.run)
         names.append(prefix)
-    if not runs:
+    if not runs or bound is None:
         return
-    bound = case.op.with_constant_weights(case.args[1])
-    rest = (case.args[0], *case.args[2:])
-    bound(*rest)  # compiles; the weights reordered once
-    runners = [timing.python_runner(lambda: bound(*rest)), *(timing.python_runner(r) for r in runs)]
+    runners = [timing.python_runner(bound), *(timing.python_runner(r) for r in runs)]
     timing.settle()
     try:
         times, _ = timing.measure_rounds(runners, opts.repeat, len(runners) * opts.budget,

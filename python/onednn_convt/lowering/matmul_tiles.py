@@ -21,9 +21,10 @@ as rows in NXC, the weights copied transposed where their layout is the other on
 copied into the product's order (:func:`conv_transpose`). Elsewhere, as in
 :mod:`onednn_convt.matmul_lowering`, the product is oriented so that the weights are read
 as stored: IOX weights are (IC, OC*K), taps inner; XOI weights are (K*OC, IC), taps outer;
-the activations are laid out to match, in one permuting copy per side (:mod:`.permute`: oneDNN's Reorder over the thread
-pool). (Weights read through a transposed view, rather than copied, measured 1.3-2.3x
-slower on the U-Net BackwardData layers of benchmarks/guards.py.)
+the activations are laid out to match, in one permuting copy per side (:mod:`.permute`:
+oneDNN's Reorder over the thread pool). (Weights read through a transposed view, rather
+than copied, measured 1.3-2.3x slower on the U-Net BackwardData layers of
+benchmarks/guards.py.)
 """
 
 from __future__ import annotations
