@@ -211,8 +211,8 @@ def test_bad_options_exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -
 
 
 def test_geomean_helper() -> None:
-    assert report._geomean([2.0, 8.0]) == pytest.approx(4.0)
-    assert math.isclose(report._geomean([1.0]), 1.0)
+    assert report.geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert math.isclose(report.geomean([1.0]), 1.0)
 
 
 def test_measure_difference_alternates_and_pairs_samples() -> None:
@@ -363,7 +363,7 @@ def test_fused_suite_derived_figures(fused_run: dict) -> None:
     for s in fused_run["doc"]["summary"]:
         rows = [r for r in fused_run["doc"]["results"] if r["dtype"] == s["dtype"]]
         assert s["rows"] == len(rows)
-        assert s["fused_vs_unfused"] == pytest.approx(report._geomean([r["fused_vs_unfused"] for r in rows]))
+        assert s["fused_vs_unfused"] == pytest.approx(report.geomean([r["fused_vs_unfused"] for r in rows]))
 
 
 def test_fused_suite_fails_loudly_on_a_wrong_result(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,8 +116,8 @@ def summary(records: Sequence[Record]) -> list[Record]:
         passes = [r["best_saved_vs_pass"] for r in rows]
         out.append({
             "dtype": dt, "rows": len(rows),
-            "fused_vs_unfused": report._geomean([r["fused_vs_unfused"] for r in rows]),
-            "torch_vs_fused": report._geomean(torch_rows) if torch_rows else None,
+            "fused_vs_unfused": report.geomean([r["fused_vs_unfused"] for r in rows]),
+            "torch_vs_fused": report.geomean(torch_rows) if torch_rows else None,
             "saved_vs_pass_median": median(passes),
             "saved_vs_pass_min": min(passes),
             "saved_at_least_one_pass": sum(p >= 1 for p in passes),

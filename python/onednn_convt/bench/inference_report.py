@@ -5,16 +5,12 @@ peer's geometric mean and why the others did not fit."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 from .inference_peers import PEERS, PREFIX
-from .report import fixed_width, markdown_rows
+from .report import Record, fixed_width, geomean, markdown_rows
 from .runner import TOLERANCE
-
-Record = dict[str, Any]
 
 LEGEND = (
     "ours = our call with the weights bound as constant (with_constant_weights), as each peer's graph "
@@ -61,9 +57,9 @@ def summary(records: Sequence[Record]) -> list[str]:
         prefix = PREFIX[peer]
         ran = [r for r in records if r.get(f"vs_{prefix}")]
         if ran:
-            geomean = math.exp(sum(math.log(r[f"vs_{prefix}"]) for r in ran) / len(ran))
+            mean = geomean([r[f"vs_{prefix}"] for r in ran])
             worst = min(ran, key=lambda r: r[f"vs_{prefix}"])
-            lines.append(f"- {peer}: its time / ours, geomean {geomean:.2f} over {len(ran)} configurations; "
+            lines.append(f"- {peer}: its time / ours, geomean {mean:.2f} over {len(ran)} configurations; "
                          f"min {worst[f'vs_{prefix}']:.2f} ({worst['key']})")
         for r in records:
             if r.get(f"{prefix}_error"):

@@ -199,7 +199,8 @@ def _ok(records: Iterable[Record]) -> list[Record]:
     return [r for r in records if not r.get("error")]
 
 
-def _geomean(values: Sequence[float]) -> float:
+def geomean(values: Sequence[float]) -> float:
+    """The geometric mean of positive ``values`` (at least one)."""
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
@@ -225,7 +226,7 @@ def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
     # 1. speed over PyTorch on models, f32 and bf16
     sel = [r for r in recs if r["suite"] == "models" and r["dtype"] in ("f32", "bf16") and r.get("vs_torch")]
     if sel:
-        g = _geomean([r["vs_torch"] for r in sel])
+        g = geomean([r["vs_torch"] for r in sel])
         worst = min(sel, key=lambda r: r["vs_torch"])
         below = sum(r["vs_torch"] < 1.0 for r in sel)
         fig = (f"geomean {g:.2f} over {len(sel)}; min {worst['vs_torch']:.2f} ({worst['key']}); "
@@ -233,13 +234,13 @@ def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
         f32 = [r for r in sel if r["dtype"] == "f32"]
         if f32 and len(f32) < len(sel):
             w32 = min(f32, key=lambda r: r["vs_torch"])
-            fig += (f"; f32 alone: geomean {_geomean([r['vs_torch'] for r in f32]):.2f} over {len(f32)}, "
+            fig += (f"; f32 alone: geomean {geomean([r['vs_torch'] for r in f32]):.2f} over {len(f32)}, "
                     f"min {w32['vs_torch']:.2f}, {sum(r['vs_torch'] < 0.9 for r in f32)} below 0.90")
         bound = [r["vs_torch"] * r.get("const_gain", 1.0) for r in sel]
         if any(r.get("const_gain") for r in sel):
             # not the target's figure (plain calls): the same rows with fwd/bwd_d weights bound
             fig += (f"; with weights bound as constant (fwd, bwd_d; vs torch x const w): geomean "
-                    f"{_geomean(bound):.2f}, min {min(bound):.2f}, {sum(b < 0.9 for b in bound)} below 0.90")
+                    f"{geomean(bound):.2f}, min {min(bound):.2f}, {sum(b < 0.9 for b in bound)} below 0.90")
         add(1, "models: geomean speed over PyTorch >= 1.10 (f32+bf16), none below 0.90",
             fig, g >= 1.10 and worst["vs_torch"] >= 0.90)
     else:
@@ -251,10 +252,10 @@ def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
     text = (f"models, f32+bf16+f16 ({'autotuned' if tuned else 'rules'}): geomean speed over PyTorch >= "
             f"{low:.2f}, none below {floor:.2f}")
     if every:
-        g = _geomean([r["vs_torch"] for r in every])
+        g = geomean([r["vs_torch"] for r in every])
         worst = min(every, key=lambda r: r["vs_torch"])
         per = ", ".join(
-            f"{dt} {_geomean([r['vs_torch'] for r in every if r['dtype'] == dt]):.2f}"
+            f"{dt} {geomean([r['vs_torch'] for r in every if r['dtype'] == dt]):.2f}"
             for dt in ("f32", "bf16", "f16") if any(r["dtype"] == dt for r in every)
         )
         fig = (f"geomean {g:.2f} over {len(every)} ({per}); min {worst['vs_torch']:.2f} ({worst['key']}); "
@@ -342,7 +343,7 @@ def targets(records: Sequence[Record]) -> list[dict[str, Any]]:
     if pairs:
         ratios = [(a["median_ms"] / b["median_ms"], a["key"]) for a, b in pairs]
         worst_r, worst_k = max(ratios)
-        g = _geomean([x for x, _ in ratios])
+        g = geomean([x for x, _ in ratios])
         add(5, text, f"max {worst_r:.2f}x ({worst_k}); geomean {g:.2f}x over {len(ratios)}", worst_r <= 1.5)
     else:
         add(5, text, "not run", None)
@@ -465,7 +466,7 @@ def compare(old: dict[str, Any], records: Sequence[Record]) -> str:
         lines.append(f"{r['key']:<44} {_num(o['median_ms']):>10} {_num(r['median_ms']):>10} {ratio:>8.2f}x")
     if not ratios:
         return "compare: no configuration in common with the old run"
-    lines.append(f"geomean speed-up {_geomean(ratios):.2f}x over {len(ratios)} configurations "
+    lines.append(f"geomean speed-up {geomean(ratios):.2f}x over {len(ratios)} configurations "
                  f"(old run: oneDNN {old.get('meta', {}).get('onednn_version', '?')})")
     return "\n".join(lines)
 
