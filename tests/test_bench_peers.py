@@ -32,17 +32,20 @@ def _installed(peer: str) -> None:
         pytest.skip(f"{peer}: {absent}")
 
 
-@pytest.mark.parametrize("peer", inference_peers.PEERS)
+#: (peer, dtype, data format) that each peer runs: ONNX Runtime NCX f32 alone (the refusals
+#: of the others are tested below)
+RUNS = [("onnxruntime", "f32", "NCX")] + [("openvino", dtype, fmt) for dtype in ("f32", "bf16") for fmt in ("NCX", "NXC")]
+
+
+@pytest.mark.parametrize("peer, dtype, fmt", RUNS)
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda lay: lay.name)
 @pytest.mark.parametrize("op, bias", [("fwd", False), ("fwd", True), ("bwd_d", False)])
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("fmt", ["NCX", "NXC"])
 def test_a_peer_computes_the_op(peer: str, layer: suites.Layer, op: str, bias: bool, dtype: str, fmt: str) -> None:
     _installed(peer)
     cfg = suites.Config("test", layer, op, dtype, fmt, bias)
     why = inference_peers.unfit(peer, cfg)
-    if why is not None:
-        assert peer == "onnxruntime" and (dtype == "bf16" or fmt == "NXC") or "capabilities" in why, why
+    if why is not None:  # only a CPU whose OpenVINO plugin lacks bf16
+        assert "capabilities" in why, why
         pytest.skip(why)
     case = cfg.build()
     expected = peers.reference_call(case)()
