@@ -231,6 +231,8 @@ def _value(option: str, command: str, ctx: Context) -> str:
         "--retry-busy": lambda: str(rng.integers(0, 2)),
         "--retry-noisy": lambda: str(rng.integers(0, 2)),
         "--torch-limit": lambda: _pick(rng, ["0.01", "1", "0"]),
+        "--peers": lambda: _pick(rng, ["onnxruntime", "openvino", "onnxruntime,openvino", "openvino,openvino",
+                                       "ONNXRUNTIME", "onnxruntime,", "tensorflow", ",", "openvino,nope"]),
         "-k": lambda: _pick(rng, ["f32", "deconv", "bf16", "int8", "NOPE", "[", "*", "\\"]),
         "--shard": lambda: _pick(rng, ["1/1", "1/2", "2/2", "3/40", "40/40", "1/100000"]),
         "--jobs": lambda: _pick(rng, ["1", "2", "64", "100000"]),
