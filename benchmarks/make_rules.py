@@ -137,10 +137,12 @@ def record_chooses_phases(record: dict[str, Any]) -> bool:
 def record_times(record: dict[str, Any]) -> dict[str, float]:
     """A tuning record's time of each candidate: its ``times_us``, where the tuner timed a
     rival of the rules' choice a second time (``confirm_us``: the two alone, alternated) the
-    second timing of those two. That timing decided the choice: on an AMD Zen4 a stall slowed
-    ConvolutionBackwardWeights through every round of the first (1.64 ms; 0.61-0.79 ms in
-    five other runs), and the second kept the rules' choice."""
-    return {**(record.get("times_us") or {}), **(record.get("confirm_us") or {})}
+    second timing of those two, and where a later process timed them a third time
+    (``recheck_us``, a record of ``tune`` without ``--retune``) that one. The latest timing
+    decided the choice: on an AMD Zen4 a stall slowed ConvolutionBackwardWeights through every
+    round of the first (1.64 ms; 0.61-0.79 ms in five other runs), and the second kept the
+    rules' choice."""
+    return {**(record.get("times_us") or {}), **(record.get("confirm_us") or {}), **(record.get("recheck_us") or {})}
 
 
 def merge_repeat(kept: dict[str, Any], again: dict[str, Any]) -> None:
@@ -159,6 +161,7 @@ def merge_repeat(kept: dict[str, Any], again: dict[str, Any]) -> None:
         runs.setdefault(name, []).append(t)
     kept["times_us"] = {n: upper_median(ts) for n, ts in runs.items()}
     kept.pop("confirm_us", None)  # in runs_us now
+    kept.pop("recheck_us", None)
 
 
 def upper_median(values: list[float]) -> float:

@@ -155,7 +155,8 @@ def test_off_means_the_rules(tuning):
                                      *(f'{{"format": 1, "contexts": {{"c": {{"k": {{"name": "a", "candidates": ["a"], '
                                        f'"times_us": {{"a": 1}}, {bad}}}}}}}}}'
                                        for bad in ('"rejected": 5', '"confirm_us": [1]', '"batch": "2"',
-                                                   '"confirm_us": {"a": true}')),
+                                                   '"confirm_us": {"a": true}', '"checks": true',
+                                                   '"recheck_us": [1]')),
                                      b'\xff\xfe{\x00}\x00'])  # UTF-16: not UTF-8
 def test_a_corrupt_or_foreign_file_is_ignored_with_a_warning_and_rewritten(tuning, content, read_at):
     (tuning / tuning_cache.FILE_NAME).write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -334,11 +335,113 @@ def test_a_change_from_the_rules_choice_is_timed_again(tuning, monkeypatch, agai
     assert t.times_us[base.CONV_TRANSPOSE] == 500.0
     assert t.confirm_us == {base.CONVOLUTION_BACKWARD_DATA: 1000.0, base.CONV_TRANSPOSE: round(again * 1000, 2)}
     assert_close(result, reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS), "f32", 8 * 16)
-    # the second process reads both timings and the choice from the cache
+    assert t.checks == (1 if chosen == "other" else 0)
+    # a second op of this process takes the choice from the cache, untimed
+    again_here = oc.ConvTranspose(**ATTRS)
+    again_here(x, w)
+    assert again_here.tuning.cached and len(timings) == 2
+    # the second process reads both timings and the choice from the cache; a change it times
+    # once more (the same `again` as the tuning process's second timing: it holds or not alike)
     tuning_cache.forget()
     op2 = oc.ConvTranspose(**ATTRS)
     op2(x, w)
-    assert op2.tuning.cached and (op2.tuning.name, op2.tuning.confirm_us) == (t.name, t.confirm_us)
+    assert (op2.tuning.name, op2.tuning.confirm_us) == (t.name, t.confirm_us)
+    if chosen == "other":
+        assert not op2.tuning.cached and len(timings) == 3 and op2.tuning.checks == autotune.CHECKS
+        assert op2.tuning.recheck_us == t.confirm_us
+    else:
+        assert op2.tuning.cached and len(timings) == 2
+
+
+@pytest.mark.parametrize(("recheck", "kept"), [(0.90, True), (0.97, False), (1.5, False)])
+def test_a_change_is_timed_again_by_the_next_process_before_it_is_trusted(tuning, monkeypatch, recheck, kept):
+    """CHECKS: a change from the rules' choice, confirmed in the tuning process, is timed
+    again (the two alone) by the first process that uses it; it stays only if that timing
+    shows it MARGIN faster too, and either way a third process takes the settled choice
+    from the cache untimed. A choice made in a slow phase of the machine is not kept for good."""
+    timings = []
+
+    def fake_time(runs, once):
+        timings.append(sorted(runs))
+        other = 0.5 if len(timings) <= 2 else recheck  # the tuning process: twice as fast, twice
+        times = {base.CONVOLUTION_BACKWARD_DATA: 1e-3, base.CONV_TRANSPOSE: other * 1e-3}
+        return {name: times.get(name, 2e-3) for name in runs}
+
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    monkeypatch.setattr(autotune, "SLOW_FACTOR", float("inf"))
+    x, w = arrays()
+    want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS)
+    first = oc.ConvTranspose(**ATTRS)
+    first(x, w)
+    assert (first.tuning.name, first.tuning.checks, first.tuning.settled) == (base.CONV_TRANSPOSE, 1, False)
+    tuning_cache.forget()  # the next process
+    second = oc.ConvTranspose(**ATTRS)
+    assert_close(second(x, w), want, "f32", 8 * 16)
+    t = second.tuning
+    assert timings[2] == sorted([base.CONV_TRANSPOSE, base.CONVOLUTION_BACKWARD_DATA]) and not t.cached
+    assert t.recheck_us == {base.CONVOLUTION_BACKWARD_DATA: 1000.0, base.CONV_TRANSPOSE: round(recheck * 1000, 2)}
+    assert t.name == (base.CONV_TRANSPOSE if kept else base.CONVOLUTION_BACKWARD_DATA) and t.settled
+    assert t.times_us == first.tuning.times_us and t.confirm_us == first.tuning.confirm_us  # kept as evidence
+    entry = next(iter(json.loads((tuning / tuning_cache.FILE_NAME).read_text())["contexts"].values()))
+    assert next(iter(entry.values()))["checks"] == (autotune.CHECKS if kept else 0)
+    tuning_cache.forget()  # a third process: settled, untimed
+    third = oc.ConvTranspose(**ATTRS)
+    assert_close(third(x, w), want, "f32", 8 * 16)
+    assert third.tuning.cached and third.tuning.name == t.name and len(timings) == 3
+
+
+def test_an_entry_of_an_earlier_version_that_overturned_the_rules_is_timed_again(tuning, monkeypatch):
+    """An entry with no ``checks`` (written before the field existed) that overturned the
+    rules' choice counts as checked by its tuning process alone: the next process times it."""
+    timings = []
+
+    def fake_time(runs, once):
+        timings.append(sorted(runs))
+        return {name: 1e-3 for name in runs}  # level: the rules' choice is kept
+
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    x, w = arrays()
+    op = oc.ConvTranspose(**ATTRS)
+    op(x, w)  # tuned: the rules' choice, stored
+    file = tuning / tuning_cache.FILE_NAME
+    data = json.loads(file.read_text())
+    entry = next(iter(next(iter(data["contexts"].values())).values()))
+    entry["name"] = base.CONV_TRANSPOSE
+    for field_name in ("checks", "recheck_us"):
+        del entry[field_name]
+    file.write_text(json.dumps(data))
+    tuning_cache.forget()
+    again = oc.ConvTranspose(**ATTRS)
+    again(x, w)
+    assert timings[-1] == sorted([base.CONV_TRANSPOSE, base.CONVOLUTION_BACKWARD_DATA])
+    assert again.tuning.name == base.CONVOLUTION_BACKWARD_DATA and again.tuning.recheck_us
+
+
+def test_a_change_the_library_refuses_when_timed_again_falls_back_to_the_rules(tuning, monkeypatch):
+    def fake_time(runs, once):
+        times = {base.CONVOLUTION_BACKWARD_DATA: 1e-3, base.CONV_TRANSPOSE: 0.5e-3}
+        return {name: times.get(name, 2e-3) for name in runs}
+
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    monkeypatch.setattr(autotune, "SLOW_FACTOR", float("inf"))
+    x, w = arrays()
+    first = oc.ConvTranspose(**ATTRS)
+    first(x, w)
+    assert first.tuning.name == base.CONV_TRANSPOSE
+    tuning_cache.forget()
+    real_build = autotune.build
+
+    def refusing(problem, name):
+        if name == base.CONV_TRANSPOSE:
+            raise ValueError("refused in this process")
+        return real_build(problem, name)
+
+    monkeypatch.setattr(autotune, "build", refusing)
+    second = oc.ConvTranspose(**ATTRS)
+    assert_close(second(x, w), reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **ATTRS),
+                 "f32", 8 * 16)
+    assert second.tuning.name == base.CONVOLUTION_BACKWARD_DATA
+    assert "refused in this process" in second.tuning.rejected[base.CONV_TRANSPOSE]
 
 
 def test_the_rules_choice_kept_is_not_timed_again(tuning, monkeypatch):
@@ -477,7 +580,8 @@ data = json.loads(path.read_text())
 pick = random.Random(seed)
 hostile = [None, True, 0, -1, 2**70, 1.5, float("nan"), "", "x", [], [1], ["x", 2], {}, {"a": 1}, {"a": "b"},
            {"a": [1]}, {"a": True}, {"": None}, {"ConvTranspose": -1e308}]
-field = pick.choice(["name", "candidates", "times_us", "rejected", "batch", "confirm_us", "extra", "drop"])
+field = pick.choice(["name", "candidates", "times_us", "rejected", "batch", "confirm_us", "checks", "recheck_us",
+                     "extra", "drop"])
 if field == "drop":
     entry.pop(pick.choice(sorted(entry)))
 elif isinstance(entry.get(field), dict) and entry[field] and pick.random() < 0.5:

@@ -56,6 +56,37 @@ def test_tune_a_suite(cache_dir, tmp_path, capsys):
     assert all(r["cached"] for r in json.loads(out.read_text())["records"])
 
 
+@pytest.mark.parametrize("holds", [True, False])
+def test_tune_times_each_change_again_after_the_others_so_the_cache_is_settled(cache_dir, tmp_path, monkeypatch,
+                                                                                holds):
+    """A change from the rules' lowering is timed a second time after every configuration
+    (autotune.CHECKS), as the next process would: the cache then holds settled choices, and
+    a later run of tune (or a deployed process) only reads them."""
+    timings: list[list[str]] = []
+    rules: set[str] = set()  # each configuration's rules' choice: first in its first timing
+
+    def fake_time(runs, once):  # the rules' choice 1 ms; any other 0.5 ms, then 1.5 ms unless it holds
+        timings.append(sorted(runs))
+        rule = next((name for name in runs if name in rules), None) or next(iter(runs))
+        rules.add(rule)
+        rechecking = len(timings) > 6  # 3 configurations, each timed in full and confirmed first
+        other = 0.5e-3 if holds or not rechecking else 1.5e-3
+        return {name: 1e-3 if name == rule else other for name in runs}
+
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    monkeypatch.setattr(autotune, "SLOW_FACTOR", float("inf"))
+    out = tmp_path / "choices.json"
+    argv = ["tune", "--suite", "tiny", "--dtypes", "f32", "--formats", "NCX", "--json", str(out)]
+    assert cli.main(argv) == 0
+    records = json.loads(out.read_text())["records"]
+    assert len(timings) == 9  # each configuration: all candidates, the two confirmed, the two rechecked
+    for r in records:
+        assert r["settled"] and r["recheck_us"] and (r["chosen"] != r["rule"]) == holds
+        assert r["checks"] == (autotune.CHECKS if holds else 0)
+    assert cli.main(argv) == 0  # a second run: every choice from the cache, untimed
+    assert len(timings) == 9 and all(r["cached"] for r in json.loads(out.read_text())["records"])
+
+
 def test_tune_layers_from_a_file(cache_dir, tmp_path):
     layers = tmp_path / "layers.json"
     layers.write_text(json.dumps([{"name": "up", "n": 2, "ic": 8, "oc": 4, "spatial": [5, 5], "kernel": [4, 4],

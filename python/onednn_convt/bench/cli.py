@@ -150,12 +150,17 @@ def set_threads(n: int) -> Optional[int]:
 
 
 def _tune(cfg: suites.Config) -> dict[str, Any]:
-    """Autotune ``cfg`` (the choice lands in the cache its timed calls then read)."""
+    """Autotune ``cfg`` (the choice lands in the cache its timed calls then read, as a
+    second process reads it: where the choice overturned the rules', that process times the
+    two again before it trusts it, :func:`onednn_convt.lowering.autotune.choice`)."""
     from .. import tune
-    from ..lowering import autotune
+    from ..lowering import autotune, tuning_cache
 
     autotune.set_autotune(True)
-    return tune.tune_config(cfg)
+    tuned = tune.tune_config(cfg)
+    tuning_cache.forget()  # what follows is a second process
+    autotune.set_autotune(True)
+    return tuned
 
 
 def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[str, Any]:

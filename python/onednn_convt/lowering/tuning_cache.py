@@ -6,7 +6,8 @@ One JSON file, ``autotune.json`` in the user's cache directory (platformdirs; th
     {"format": 1,
      "contexts": {"<context>": {"<problem key>": {"name": ..., "candidates": [...],
                                                    "times_us": {name: us}, "rejected": {name: why},
-                                                   "batch": n, "confirm_us": {name: us}}}}}
+                                                   "batch": n, "confirm_us": {name: us},
+                                                   "checks": n, "recheck_us": {name: us}}}}}
 
 The context names what a choice depends on besides the problem: oneDNN's version and
 commit, the ISA it dispatches to (``ONEDNN_MAX_CPU_ISA`` honoured), the thread count and
@@ -65,6 +66,8 @@ def context() -> str:
 _lock = threading.Lock()
 #: path -> the contexts read from it (None: not read yet in this process)
 _loaded: dict[Path, dict[str, dict[str, Any]]] = {}
+#: (path, context, key) of each entry this process stored (until :func:`forget`)
+_stored: set[tuple[Path, str, str]] = set()
 
 
 def _read(file: Path, warn: bool = True) -> dict[str, dict[str, Any]]:
@@ -108,7 +111,7 @@ def _read(file: Path, warn: bool = True) -> dict[str, dict[str, Any]]:
 
 def _valid(entry: Any) -> bool:
     """Whether ``entry`` has the fields a lookup reads, each of its type (the optional ones,
-    ``rejected``, ``batch`` and ``confirm_us``, where present)."""
+    ``rejected``, ``batch``, ``confirm_us``, ``checks`` and ``recheck_us``, where present)."""
     def mapping(value: Any, kinds: tuple[type, ...]) -> bool:
         return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, kinds) and not isinstance(v, bool)
                                                for k, v in value.items())
@@ -121,7 +124,8 @@ def _valid(entry: Any) -> bool:
         and mapping(entry.get("times_us"), (int, float))
         and mapping(entry.get("rejected", {}), (str,))
         and mapping(entry.get("confirm_us", {}), (int, float))
-        and isinstance(entry.get("batch", 1), int) and not isinstance(entry.get("batch", 1), bool)
+        and mapping(entry.get("recheck_us", {}), (int, float))
+        and all(isinstance(entry.get(k, 1), int) and not isinstance(entry.get(k, 1), bool) for k in ("batch", "checks"))
     )
 
 
@@ -153,6 +157,13 @@ def lookup(key: str, candidates: list[str]) -> Optional[dict[str, Any]]:
     return dict(entry)
 
 
+def stored_here(key: str) -> bool:
+    """Whether this process stored the entry for problem ``key`` in this context (since the
+    last :func:`forget`): its own timing, which the autotuner does not check again."""
+    with _lock:
+        return (path(), context(), key) in _stored
+
+
 def store(key: str, entry: dict[str, Any]) -> None:
     """Record ``entry`` for problem ``key`` in this context, in memory and on disk (a cache
     directory that cannot be written is warned about once per process and skipped)."""
@@ -161,6 +172,7 @@ def store(key: str, entry: dict[str, Any]) -> None:
     with _lock:
         contexts = _loaded.setdefault(file, {})
         contexts.setdefault(ctx, {})[key] = entry
+        _stored.add((file, ctx, key))
         try:
             on_disk = _read(file, warn=False)  # another process's entries, merged in
             for c, entries in contexts.items():
@@ -186,6 +198,7 @@ def forget() -> None:
     with _lock:
         _loaded.clear()
         _unwritable.clear()
+        _stored.clear()
 
 
 def clear() -> None:
