@@ -79,7 +79,8 @@ def info() -> dict[str, Any]:
     kept (:mod:`onednn_convt.lowering.autotune`), the compile cache counters, the
     library's kept temporary memory (:func:`host_memory_info`) and the memory limit a new
     call is checked against now (``memory_limit``: ``bytes``, None where nothing says, and
-    where it comes from; :mod:`onednn_convt.limits`)."""
+    where it comes from; :mod:`onednn_convt.limits`), and NumPy's BLAS beside it
+    (:func:`numpy_blas_info`)."""
     from ._version import __version__
 
     v = native.version()
@@ -99,7 +100,35 @@ def info() -> dict[str, Any]:
         "cache": cache_info(),
         "host_memory": host_memory_info(),
         "memory_limit": dict(zip(("bytes", "from"), limits.limit_in_force())),
+        "numpy_blas": numpy_blas_info(),
     }
+
+
+#: the environment variables OpenBLAS reads for its thread pool, when it loads
+OPENBLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT")
+
+
+def numpy_blas_info() -> dict[str, Any]:
+    """NumPy's BLAS library (``library`` and ``version``, from ``numpy.show_config``; None
+    where this NumPy does not say), the variables of :data:`OPENBLAS_VARIABLES` as set (None:
+    unset), and ``spins``: whether its threads spin on the CPUs after each product (an
+    OpenBLAS of more than one thread whose threads do not sleep at once: neither
+    ``OPENBLAS_NUM_THREADS=1`` nor ``OPENBLAS_THREAD_TIMEOUT`` set). A program that
+    alternates NumPy's products (``@``, ``np.matmul``, ``np.dot``) with this package's
+    calls then has each thread pool spinning on the CPUs the other one needs: on a 2-CPU
+    AMD Zen4, our calls ran 2.0-6.4x slower and the products 1.1-3.1x
+    (``benchmarks/blas_neighbour.py``; docs: "Beside NumPy's matrix products")."""
+    blas: dict[str, Any] = {}
+    try:
+        blas = dict(np.show_config(mode="dicts")["Build Dependencies"]["blas"])
+    except Exception:  # noqa: BLE001 - a NumPy before 1.26, or one built otherwise: nothing said
+        pass
+    name = blas.get("name")
+    found = {v: os.environ.get(v) for v in OPENBLAS_VARIABLES}
+    one_thread = (found["OPENBLAS_NUM_THREADS"] or "").strip() == "1"
+    spins = bool(name and "openblas" in str(name).lower() and not one_thread
+                 and not found["OPENBLAS_THREAD_TIMEOUT"] and (os.cpu_count() or 1) > 1)
+    return {"library": name, "version": blas.get("version"), **found, "spins": spins}
 
 
 def cache_info() -> dict[str, int]:
