@@ -290,11 +290,45 @@ def _environment(ctx: Context) -> dict[str, str]:
             if cache.is_absolute() and not cache.exists():
                 cache.mkdir(parents=True)
             if cache.is_absolute() and cache.is_dir():
-                content = _json_variant(rng, {"version": 1, "entries": {}})
+                content = _json_variant(rng, _cache_variant(rng))
                 (cache / "autotune.json").write_bytes(content.encode() if isinstance(content, str) else content or b"")
         except OSError:  # a hostile name (too long, under a file): the command meets it as it is
             pass
     return env
+
+
+_tuned_cache: dict[str, Any] = {}
+
+
+def _real_cache() -> dict[str, Any]:
+    """The cache file ``onednn-convt tune --suite tiny`` writes here (made once per fuzzing
+    process, in a process of its own): entries a trial's commands look up, in the context
+    their environment has unless a trial changes it."""
+    if not _tuned_cache:
+        with tempfile.TemporaryDirectory(prefix="fuzz-cli-cache-") as tmp:
+            env = dict(os.environ, ONEDNN_CONVT_CACHE_DIR=tmp, OMP_NUM_THREADS="2")
+            env.pop("ONEDNN_CONVT_AUTOTUNE", None)
+            subprocess.run([sys.executable, "-m", "onednn_convt", "tune", "--suite", "tiny"], env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=COMMAND_TIMEOUT, check=False)
+            try:
+                _tuned_cache.update(json.loads((Path(tmp) / "autotune.json").read_text()))
+            except (OSError, ValueError):  # no tuning here: the fuzzing goes on with an empty file
+                _tuned_cache.update({"format": 1, "contexts": {}})
+    return _tuned_cache
+
+
+def _cache_variant(rng: np.random.Generator) -> dict[str, Any]:
+    """A copy of :func:`_real_cache`, where some entries choose another of their candidates,
+    checked by any number of processes (the next process times such a choice again)."""
+    doc = json.loads(json.dumps(_real_cache()))
+    for entries in doc.get("contexts", {}).values():
+        for entry in entries.values():
+            if rng.random() < 0.5 and entry.get("candidates"):
+                entry["name"] = _pick(rng, entry["candidates"])
+                entry["checks"] = _pick(rng, [0, 1, 2, -1, 10**6])
+                if rng.random() < 0.3:
+                    entry["batch"] = _pick(rng, [1, 0, -3, 10**9])
+    return doc
 
 
 def _files(root: Path) -> set[Path]:
