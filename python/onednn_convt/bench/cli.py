@@ -101,8 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "this per call, report the estimate instead (default 5; 0 = always run)")
     parser.add_argument("--autotune", action="store_true",
                         help="autotune each configuration first (onednn-convt tune), then time it as a "
-                             "second process would: its first call reads the choice from the cache; "
-                             "and time tuned first calls against untuned ones in alternating pairs")
+                             "second process would: its first call reads the choice from the cache "
+                             "(and where the choice replaced the rules' lowering, times the two once "
+                             "more before it keeps it); and time tuned first calls against untuned "
+                             "ones in alternating pairs")
     parser.add_argument("--no-torch", action="store_true", help="do not compare with PyTorch")
     parser.add_argument("--peers", type=arguments.comma_list(inference_peers.PEERS), default=[],
                         help="also compare with these inference runtimes, where they fit (forward and "
