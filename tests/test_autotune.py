@@ -580,9 +580,14 @@ data = json.loads(path.read_text())
 pick = random.Random(seed)
 hostile = [None, True, 0, -1, 2**70, 1.5, float("nan"), "", "x", [], [1], ["x", 2], {}, {"a": 1}, {"a": "b"},
            {"a": [1]}, {"a": True}, {"": None}, {"ConvTranspose": -1e308}]
-field = pick.choice(["name", "candidates", "times_us", "rejected", "batch", "confirm_us", "checks", "recheck_us",
-                     "extra", "drop"])
-if field == "drop":
+field = sys.argv[2] if len(sys.argv) > 2 else pick.choice(
+    ["name", "candidates", "times_us", "rejected", "batch", "confirm_us", "checks", "recheck_us", "extra", "drop",
+     "other"])
+if field == "other":  # another candidate, checked by any count of processes: timed again or not
+    entry["name"] = pick.choice(entry["candidates"][1:])
+    entry["checks"] = pick.choice([0, 1, -1, 2, 2**70])
+    entry["batch"] = pick.choice([entry.get("batch", 2), 0, -5, 2**70])
+elif field == "drop":
     entry.pop(pick.choice(sorted(entry)))
 elif isinstance(entry.get(field), dict) and entry[field] and pick.random() < 0.5:
     entry[field][pick.choice(sorted(entry[field]))] = pick.choice(hostile)
@@ -599,15 +604,19 @@ print("ok", field)
 """
 
 
-@pytest.mark.parametrize("seed", [*range(6), *(pytest.param(s, marks=pytest.mark.slow) for s in range(6, 16))])
-def test_a_hostile_cache_entry_never_breaks_a_call(tmp_path, seed):
+@pytest.mark.parametrize(("seed", "field"), [*((s, "") for s in range(6)), (0, "other"), (1, "other"),
+                                            *(pytest.param(s, "", marks=pytest.mark.slow) for s in range(6, 16)),
+                                            *(pytest.param(s, "other", marks=pytest.mark.slow) for s in range(2, 6))])
+def test_a_hostile_cache_entry_never_breaks_a_call(tmp_path, seed, field):
     """Fuzz the cache file's entries (each trial a process of its own, with a timeout): a
-    field of the wrong type, a hostile value inside one, a field dropped or added. The call
-    reads the file as a new process does and returns the right result: the entry is used,
-    skipped, or the file ignored with a warning, never an exception."""
+    field of the wrong type, a hostile value inside one, a field dropped or added, or
+    (``other``) another candidate chosen, checked by any count of processes, at any batch,
+    which the call may time again (:data:`autotune.CHECKS`). The call reads the file as a
+    new process does and returns the right result: the entry is used, skipped, timed again,
+    or the file ignored with a warning, never an exception."""
     env = dict(os.environ, ONEDNN_CONVT_CACHE_DIR=str(tmp_path), ONEDNN_CONVT_AUTOTUNE="")
-    out = subprocess.run([sys.executable, "-c", _HOSTILE_CACHE, str(seed)], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", _HOSTILE_CACHE, str(seed), *([field] if field else [])], env=env,
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-2000:]
 
 
