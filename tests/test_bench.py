@@ -670,3 +670,41 @@ def test_the_reference_checks_gradients_of_layers_with_output_padding(op: str) -
     rec = runner.run_config(suites.Config("test", layer, op, "f32", "NCX"), opts, {})
     assert "error" not in rec, rec
     assert rec["ref_err"] < 1e-5
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_an_autotuned_row_is_timed_as_a_second_process_that_checks_a_change(tmp_path, monkeypatch, holds) -> None:
+    """bench --autotune tunes a configuration, then times it as a second process: where the
+    tuner replaced the rules' lowering, that process times the two once more (autotune.CHECKS)
+    before it keeps the change, and the row records that timing (``recheck_us``)."""
+    from onednn_convt.bench import cli as bench_cli
+    from onednn_convt.lowering import autotune, tuning_cache
+
+    timings: list[int] = []
+
+    def fake_time(runs, once):  # the rules' choice 1 ms; another 0.5 ms while tuning, then 0.5 or 1.5 ms
+        timings.append(len(runs))
+        rule = names[0]
+        other = 0.5e-3 if holds or len(timings) <= 2 else 1.5e-3
+        return {name: 1e-3 if name == rule else other for name in runs}
+
+    cfg = next(c for c in suites.configs("tiny") if c.op == "fwd" and c.dtype == "f32" and c.data_format == "NCX")
+    case = cfg.build()
+    names = autotune.candidates(case.op._problem(list(case.args) + [None] * (3 - len(case.args)), "f32"))
+    monkeypatch.setattr(autotune, "_time", fake_time)
+    monkeypatch.setattr(autotune, "SLOW_FACTOR", float("inf"))
+    monkeypatch.setenv("ONEDNN_CONVT_CACHE_DIR", str(tmp_path))
+    tuning_cache.forget()
+    was = autotune.enabled()
+    try:
+        tuned = bench_cli._tune(cfg)
+        rec = runner.run_config(cfg, runner.Options(repeat=3, budget=0.01, torch=False, memory=False), {})
+    finally:
+        autotune.set_autotune(was)
+        tuning_cache.forget()
+    assert tuned["chosen"] != tuned["rule"] == names[0] and tuned["checks"] == 1
+    # every candidate, the two confirmed, the two again in the row's first call (then the
+    # row's constant-weights call tunes its own signature)
+    assert timings[:3] == [len(names), 2, 2] and rec["recheck_us"][names[0]] == 1000.0
+    assert rec["lowering"].endswith(f"(tuned: {tuned['chosen'] if holds else names[0]})")
+    assert "error" not in rec

@@ -152,6 +152,9 @@ def _measure_ours(cfg: Config, opts: Options, peak: dict[str, Any], rec: dict[st
     c2 = cache_info()
     plan = op.last_plan
     rec["lowering"] = op.lowering
+    tuned = op.tuning
+    if tuned is not None and tuned.recheck_us and not tuned.cached:  # this call timed a tuned change again
+        rec["recheck_us"] = tuned.recheck_us
     rec["emulated"] = bool(plan.emulated)
     rec["first_call_ms"] = first * 1e3
     rec["compile_misses"] = c1["misses"] - c0["misses"]
