@@ -28,6 +28,12 @@ EXTRA = [
     Config(src=(9,), kernel=(6,), strides=3, pads_begin=2, pads_end=1, ic=5, oc=4, bias=True, name="1d_overlap_add"),
     Config(src=(8,), kernel=(16,), strides=8, pads_begin=4, pads_end=4, ic=4, oc=3, data_format="NXC",
            weights_format="XOI", name="1d_hifigan_like"),
+    # few output channels, 2-D and 3-D, strided: the MatMul into columns (kernel not a
+    # multiple of the stride: zero taps), both layouts and weights orders, a bias
+    Config(src=(4, 5), kernel=(5, 3), strides=(2, 3), pads_begin=(2, 1), pads_end=(1, 0), output_padding=(1, 0),
+           ic=5, oc=1, bias=True, name="2d_one_channel_columns"),
+    Config(src=(3, 2, 4), kernel=(3, 2, 4), strides=(2, 1, 2), pads_begin=(1, 0, 1), pads_end=(0, 1, 2), n=2, ic=4,
+           oc=3, data_format="NXC", weights_format="XOI", name="3d_three_channels_columns"),
     # 1-D depthwise: the lifted form (the 2-D problem of height 1), which the rules choose on AVX2
     Config(src=(9,), kernel=(4,), strides=2, pads_begin=1, pads_end=2, ic=4, oc=4, groups=4, data_format="NXC",
            weights_format="XOI", bias=True, name="1d_depthwise"),
@@ -145,7 +151,7 @@ def test_extra_cases_reach_the_rarer_candidates():
             arrays = inputs_of(op, cfg.tensors(np.random.default_rng(0), "f32"), cfg)
             problem = op_of(op, cfg)._problem(call_arrays(op, cfg, arrays), "f32")
             seen.update((op, n) for n in lowering.candidates(problem))
-    for wanted in [(FWD, base.FLIPPED_CONVOLUTION), (FWD, base.OVERLAP_ADD), (FWD, base.TILES),
+    for wanted in [(FWD, base.FLIPPED_CONVOLUTION), (FWD, base.OVERLAP_ADD), (FWD, base.TILES), (FWD, base.COLUMNS),
                    (FWD, base.CONVOLUTION_BACKWARD_DATA), (BWD_D, base.FRAMES),
                    (BWD_D, base.CONV_TRANSPOSE_BACKWARD_DATA), (BWD_D, base.TILES), (BWD_W, base.FRAMES),
                    (BWD_W, base.CONVOLUTION_BACKWARD_WEIGHTS), (FWD, base.CHANNELS_LAST), (BWD_D, base.CHANNELS_LAST),

@@ -205,6 +205,8 @@ FLIPPED_CONVOLUTION = "Convolution (flipped weights)"
 OVERLAP_ADD = "MatMul (overlap-add)"
 FRAMES = "MatMul (frames)"
 TILES = "MatMul (tiles)"
+#: a 2-D/3-D forward with few output channels as a MatMul into columns and their sum (:mod:`.matmul_columns`)
+COLUMNS = "MatMul (columns)"
 SUBSAMPLED = "Convolution (subsampled)"
 ZERO_PADDED_TAPS = "Convolution (zero-padded taps)"
 POLYPHASE = "Polyphase"

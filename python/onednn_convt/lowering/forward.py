@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import guards
 from ..problem import Problem
-from . import base, matmul_lowering, matmul_tiles, weights
+from . import base, matmul_columns, matmul_lowering, matmul_tiles, weights
 from .base import Lowering
 
 
@@ -52,6 +52,8 @@ def candidates(p: Problem) -> list[str]:
         names.append(base.OVERLAP_ADD)
     if matmul_tiles.applies(p.kernel, *g.astuple(), p.groups, p.output_padding, p.src):
         names.append(base.TILES)
+    if matmul_columns.applies(p.kernel, g.strides, g.dilations, p.groups, p.oc):
+        names.append(base.COLUMNS)
     return names
 
 
@@ -119,6 +121,10 @@ def build(p: Problem, name: str, in_f32: bool = False) -> Lowering:
             p.data_format, p.weights_format,
         )
         return Lowering(base.MATMUL, inputs=(0, 1), out_shape=p.out_shape, name=name, **parts)
+    if name == base.COLUMNS:
+        parts = matmul_columns.conv_transpose(p.input_shapes[0], p.kernel, g.strides, g.pads_begin, p.dst, p.oc,
+                                              p.data_format, p.weights_format)
+        return Lowering(base.MATMUL, inputs=inputs, out_shape=p.out_shape, name=name, **parts)
     if name == base.TILES:
         parts = matmul_tiles.conv_transpose(p.input_shapes[0], p.kernel, p.oc // p.groups, p.data_format,
                                             p.weights_format, bias_in_matmul=p.dtype != "f16", bias=p.bias)

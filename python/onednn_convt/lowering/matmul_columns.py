@@ -1,0 +1,126 @@
+"""A 2-D or 3-D ConvTranspose with few output channels, as a MatMul into columns and their sum.
+
+oneDNN 3.2's deconvolution kernels (and its convolution forms of the op) block the output
+channels by 16: a layer with one or three of them runs at about 6% of the f32 peak. FSRCNN's
+x3 up-sampler (1x56x170x170 -> 1 channel, k9 s3) took 19.2-20.3 ms on every candidate on an
+AMD Zen4 (PyTorch 20.3 ms), where ONNX Runtime's MLAS, a matrix product into columns and
+then their sum into the output (col2im), took 2.8 ms. This is that form, the N-D sibling of
+:mod:`.matmul_lowering`'s 1-D overlap-add.
+
+With each kernel dim padded with zero taps to k'_d = r_d * s_d (r_d taps per output block)::
+
+    cols = taps (OC * k'_1 * ... * k'_d, IC) @ src[n] (IC, L_1 * ... * L_d)     oneDNN MatMul (NCX)
+    cols = src (N, L_1 * ... * L_d, IC) @ W (IC, OC * k'_1 * ... * k'_d)       oneDNN MatMul (NXC)
+    full[n, oc, (i_d + q_d) * s_d + t_d] += cols[n, oc, q_d, t_d, i_d]          for each q: the sum
+    dst = full cropped by the pads (zeros past its end) + bias
+
+The sum adds prod(r_d) strided slices of the columns, each the size of dst.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import memory
+
+#: the most output channels (per group: the lowering takes groups 1 only) for which the
+#: columns are a candidate: where the library's kernels fill a fraction of their lanes
+MAX_OC = 8
+#: the most slices the sum adds (prod(r_d)): the columns are that many times dst
+MAX_OVERLAP = 27
+
+
+def applies(kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], groups: int, oc: int) -> bool:
+    """Whether a ConvTranspose with these parameters has the columns as a candidate: 2-D or
+    3-D, groups 1, no dilation, a stride above 1, at most :data:`MAX_OC` output channels and
+    :data:`MAX_OVERLAP` slices to add."""
+    overlap = math.prod(-(-k // s) for k, s in zip(kernel, strides))
+    return (len(kernel) in (2, 3) and groups == 1 and all(d == 1 for d in dilations)
+            and max(strides) > 1 and oc <= MAX_OC and overlap <= MAX_OVERLAP)
+
+
+def conv_transpose(src_shape: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                   pads_begin: Sequence[int], dst_spatial: Sequence[int], oc: int, data_format: str,
+                   weights_format: str) -> dict[str, Any]:
+    """The pieces of a :class:`onednn_convt.lowering.base.Lowering` for one forward call
+    (``attrs``, ``prepare``, ``finish``, ``library_shape``, ``prepared_elems``,
+    ``weights_arg``), as :func:`onednn_convt.lowering.matmul_lowering.conv_transpose`."""
+    ncx, iox = data_format == "NCX", weights_format == "IOX"
+    d = len(kernel)
+    n = src_shape[0]
+    ic = src_shape[1] if ncx else src_shape[-1]
+    spatial = tuple(src_shape[2:] if ncx else src_shape[1:-1])
+    r = tuple(-(-k // s) for k, s in zip(kernel, strides))
+    padded = tuple(q * s for q, s in zip(r, strides))
+    taps = math.prod(padded)
+    positions = math.prod(spatial)
+
+    def weights_ok(w: np.ndarray) -> np.ndarray:
+        """The weights as (OC, k_1, ..., k_d, IC), a view."""
+        return w.transpose(1, *range(2, 2 + d), 0) if iox else w.transpose(d, *range(d), d + 1)
+
+    def padded_taps(w: np.ndarray) -> np.ndarray:
+        """(OC, k'_1, ..., k'_d, IC): the weights, zeros past the kernel."""
+        out = memory.zeros((oc, *padded, ic), w.dtype)
+        out[(slice(None), *(slice(0, k) for k in kernel))] = weights_ok(w)
+        return out
+
+    def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
+        src, w = args[0], args[1]
+        t = padded_taps(w)
+        if ncx:  # taps (OC*K', IC) @ src[n] (IC, P), the batch broadcast
+            return [t.reshape(1, oc * taps, ic), src.reshape(n, ic, positions)]
+        # src rows (N, P, IC) @ W (IC, OC*K')
+        return [src.reshape(n, positions, ic), memory.contiguous(np.moveaxis(t, -1, 0)).reshape(ic, oc * taps)]
+
+    def finish(cols: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
+        c = cols.astype(np.float32, copy=False)
+        # blocks: (N, OC, r_1, s_1, ..., r_d, s_d, L_1, ..., L_d) in NCX; NXC's
+        # (N, L..., OC, r_1, s_1, ...) is viewed in that order
+        split = tuple(x for q, s in zip(r, strides) for x in (q, s))
+        if ncx:
+            blocks = c.reshape(n, oc, *split, *spatial)
+        else:
+            blocks = np.moveaxis(c.reshape(n, *spatial, oc, *split), d + 1, 1)  # (N, OC, L..., r, s...)
+            blocks = np.moveaxis(blocks, tuple(range(2, 2 + d)), tuple(range(2 + 2 * d, 2 + 3 * d)))
+        for i, (k, p) in enumerate(zip(kernel, padded)):
+            if p != k:  # the zero taps give 0 * Inf = NaN for non-finite src: not real taps
+                last: list[Any] = [slice(None)] * blocks.ndim
+                last[2 + 2 * i] = r[i] - 1
+                last[3 + 2 * i] = slice(k - (r[i] - 1) * strides[i], None)
+                blocks[tuple(last)] = 0
+        # full (N, OC, s_1, ..., s_d, M_1, ..., M_d), M_i = L_i + r_i - 1: each q adds a slice
+        full = memory.zeros((n, oc, *strides, *(length + q - 1 for length, q in zip(spatial, r))), np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):  # Inf/NaN data: no warnings, as natively
+            for q in itertools.product(*(range(x) for x in r)):
+                index = (slice(None), slice(None), *(slice(None),) * d,
+                         *(slice(qi, qi + length) for qi, length in zip(q, spatial)))
+                piece = blocks[(slice(None), slice(None), *(x for qi in q for x in (qi, slice(None))))]
+                full[index] += piece
+        # rows (N, OC, M_1, s_1, ..., M_d, s_d) -> the full output, then the pads cropped
+        order = (0, 1, *(x for i in range(d) for x in (2 + d + i, 2 + i)))
+        rows = memory.empty(tuple(full.shape[i] for i in order), np.float32)
+        np.copyto(rows, full.transpose(order))
+        whole = rows.reshape(n, oc, *((length + q - 1) * s for length, q, s in zip(spatial, r, strides)))
+        dst = memory.zeros((n, oc, *dst_spatial), np.float32)
+        takes = [max(0, min(size, extent - p)) for size, extent, p in zip(dst_spatial, whole.shape[2:], pads_begin)]
+        dst[(slice(None), slice(None), *(slice(0, t) for t in takes))] = whole[
+            (slice(None), slice(None), *(slice(p, p + t) for p, t in zip(pads_begin, takes)))]
+        bias = arrays[2] if len(arrays) > 2 else None
+        if bias is not None:
+            with np.errstate(invalid="ignore", over="ignore"):
+                dst += np.asarray(bias, dtype=np.float32).reshape(oc, *(1,) * d)
+        return dst if ncx else memory.contiguous(np.moveaxis(dst, 1, -1))
+
+    return {
+        "attrs": {},
+        "prepare": prepare,
+        "finish": finish,
+        "library_shape": (n, oc * taps, positions) if ncx else (n, positions, oc * taps),
+        "prepared_elems": oc * taps * ic,  # the taps, reordered and zero-padded
+        "weights_arg": 0 if ncx else 1,
+    }
