@@ -29,8 +29,9 @@ done
 # after candidates were added (--remeasured): the grouped layers (Per group), the 2-D k16 s8
 # layers (64-phase Polyphase), and the layers whose taps tile the output (MatMul (tiles) for
 # BackwardData and BackwardWeights; then their NCX forwards, once the tiles MatMul's read src as
-# stored: tune_tilesfwd_*). Their new records choose for calls, the records they replace
-# for polyphase phases: a re-tune moves no phase (make_rules.py).
+# stored: tune_tilesfwd_*; then the 2-D layers with at most 8 output channels, forward, once
+# MatMul (columns) was a candidate: tune_columns_*). Their new records choose for calls, the
+# records they replace for polyphase phases: a re-tune moves no phase (make_rules.py).
 Z4=$R/zen4
 $MAKE --repeats $Z4/tune_models.json $Z4/tune_models_again.json $Z4/tune_models_third.json \
     $Z4/tune_broad_fit.json $Z4/tune_broad_fit_again.json $Z4/tune_broad_fit_third.json \
@@ -54,8 +55,11 @@ $MAKE --repeats $Z4/tune_models.json $Z4/tune_models_again.json $Z4/tune_models_
     --remeasured $Z4/tune_tilesfwd_fit_remeasured_again.json --remeasured $Z4/tune_tilesfwd_holdout_remeasured_again.json \
     --remeasured $Z4/tune_tilesfwd_models_remeasured_third.json --remeasured $Z4/tune_tilesfwd_fit_remeasured_third.json \
     --remeasured $Z4/tune_tilesfwd_holdout_remeasured_third.json \
+    --remeasured $Z4/tune_columns_fit_remeasured.json --remeasured $Z4/tune_columns_holdout_remeasured.json \
+    --remeasured $Z4/tune_columns_fit_remeasured_again.json --remeasured $Z4/tune_columns_holdout_remeasured_again.json \
+    --remeasured $Z4/tune_columns_fit_remeasured_third.json --remeasured $Z4/tune_columns_holdout_remeasured_third.json \
     --date 2026-11-27 \
-    --note "the models suite (--skip-slow), both halves of the broad suite and the tiny suite, every dtype (f16 emulated here), on this machine, each configuration tuned three times (each candidate's middle time); the holdout half was added after the rules fitted without it had been checked on it, and DCGAN's batch-16 layers of the training step (dcgan-*-b16) later the same day; tuned again three times on 2026-11-30 (tune_*_remeasured*.json) after candidates were added: the grouped layers (grouped8-up, grouped32-up, stylegan2-up8, stylegan2-up16: Per group; a Polyphase chosen by a 6% margin on grouped32-up ran 1.3-1.7x slower than ConvTranspose) and the 2-D k16 s8 layers (centernet-ida8, fcn-up8: 64-phase Polyphase); tuned again three times on 2026-11-30 (tune_tiles_*_remeasured*.json) after MatMul (tiles) became a BackwardWeights candidate and its BackwardData wrote diff_src itself: the layers whose taps tile the output (stride = kernel), BackwardData and BackwardWeights; their NCX forwards tuned again three times on 2026-11-30 (tune_tilesfwd_*_remeasured*.json) once the tiles forward read src as stored; the records those re-tunes replaced choose polyphase phases alone (\"calls\": false), the re-tuned ones calls alone: a re-tune moves no phase"
+    --note "the models suite (--skip-slow), both halves of the broad suite and the tiny suite, every dtype (f16 emulated here), on this machine, each configuration tuned three times (each candidate's middle time); the holdout half was added after the rules fitted without it had been checked on it, and DCGAN's batch-16 layers of the training step (dcgan-*-b16) later the same day; tuned again three times on 2026-11-30 (tune_*_remeasured*.json) after candidates were added: the grouped layers (grouped8-up, grouped32-up, stylegan2-up8, stylegan2-up16: Per group; a Polyphase chosen by a 6% margin on grouped32-up ran 1.3-1.7x slower than ConvTranspose) and the 2-D k16 s8 layers (centernet-ida8, fcn-up8: 64-phase Polyphase); tuned again three times on 2026-11-30 (tune_tiles_*_remeasured*.json) after MatMul (tiles) became a BackwardWeights candidate and its BackwardData wrote diff_src itself: the layers whose taps tile the output (stride = kernel), BackwardData and BackwardWeights; their NCX forwards tuned again three times on 2026-11-30 (tune_tilesfwd_*_remeasured*.json) once the tiles forward read src as stored; the forwards of the 2-D layers with at most 8 output channels (dcgan-g5, dcgan-g5-b16, pix2pix-out, fsrcnn-x2, fsrcnn-x3, lapsrn-img) tuned again three times on 2026-11-30 (tune_columns_*_remeasured*.json) once MatMul (columns) was a candidate; the records those re-tunes replaced choose polyphase phases alone (\"calls\": false), the re-tuned ones calls alone: a re-tune moves no phase"
 
 # Zen5: the broad suite's holdout half was kept out while the rules were checked on it (benchmarks/NOTES.md);
 # the shipped table has every layer measured here. Every configuration was tuned twice: the

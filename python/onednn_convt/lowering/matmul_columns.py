@@ -116,11 +116,16 @@ def conv_transpose(src_shape: Sequence[int], kernel: Sequence[int], strides: Seq
                 dst += np.asarray(bias, dtype=np.float32).reshape(oc, *(1,) * d)
         return dst if ncx else memory.contiguous(np.moveaxis(dst, 1, -1))
 
+    full_elems = n * oc * math.prod(s * (length + q - 1) for s, length, q in zip(strides, spatial, r))
+    out_elems = n * oc * math.prod(dst_spatial)
     return {
         "attrs": {},
         "prepare": prepare,
         "finish": finish,
         "library_shape": (n, oc * taps, positions) if ncx else (n, positions, oc * taps),
         "prepared_elems": oc * taps * ic,  # the taps, reordered and zero-padded
+        # the sum and its transposed copy, dst (and NXC's channels-last copy), the columns
+        # widened to f32 (counted in f32 calls too, where no copy is made)
+        "finish_elems": 2 * full_elems + out_elems * (1 if ncx else 2) + n * oc * taps * positions,
         "weights_arg": 0 if ncx else 1,
     }
