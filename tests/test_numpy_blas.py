@@ -5,12 +5,12 @@ more than one thread, neither ``OPENBLAS_NUM_THREADS=1`` nor ``OPENBLAS_THREAD_T
 from __future__ import annotations
 
 import importlib
-import os
 
 import numpy as np
 import pytest
 
 import onednn_convt as oc
+from onednn_convt import arguments
 
 info_module = importlib.import_module("onednn_convt.info")
 
@@ -23,7 +23,7 @@ def _openblas(monkeypatch, name="scipy-openblas"):
     monkeypatch.setattr(np, "show_config", show_config)
     for variable in info_module.OPENBLAS_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(arguments, "usable_cpus", lambda: 2)
 
 
 @pytest.mark.parametrize(("env", "spins"), [
@@ -47,7 +47,7 @@ def test_one_cpu_or_another_blas_does_not_spin_beside_ours(monkeypatch):
     _openblas(monkeypatch, name="mkl")
     assert info_module.numpy_blas_info()["spins"] is False
     _openblas(monkeypatch)
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(arguments, "usable_cpus", lambda: 1)
     assert info_module.numpy_blas_info()["spins"] is False
 
 

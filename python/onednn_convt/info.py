@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import dtypes, guards, limits, lowering, native, omp
+from . import arguments, dtypes, guards, limits, lowering, native, omp
 from .lowering import autotune, rules, tuning_cache
 from .errors import UnsupportedError
 
@@ -127,7 +127,7 @@ def numpy_blas_info() -> dict[str, Any]:
     found = {v: os.environ.get(v) for v in OPENBLAS_VARIABLES}
     one_thread = (found["OPENBLAS_NUM_THREADS"] or "").strip() == "1"
     spins = bool(name and "openblas" in str(name).lower() and not one_thread
-                 and not found["OPENBLAS_THREAD_TIMEOUT"] and (os.cpu_count() or 1) > 1)
+                 and not found["OPENBLAS_THREAD_TIMEOUT"] and arguments.usable_cpus() > 1)
     return {"library": name, "version": blas.get("version"), **found, "spins": spins}
 
 
