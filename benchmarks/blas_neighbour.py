@@ -74,7 +74,7 @@ def measure(seconds: float) -> dict[str, dict[str, float]]:
         op = oc.ConvTranspose(strides=stride, pads_begin=pad, pads_end=pad, data_format="NCX", weights_format="IOX")
         op(x, wt)
 
-        def call(op=op, x=x, wt=wt) -> None:  # noqa: B008 - bound per layer
+        def call(op=op, x=x, wt=wt) -> None:  # this layer's op and arrays, bound now
             op(x, wt)
 
         def product() -> None:
