@@ -178,7 +178,7 @@ def _meta(args: argparse.Namespace, threads: int, omp: Optional[int]) -> dict[st
         "threads": threads, "omp_threads": omp,
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         **(peers.torch_versions() if not args.no_torch else {"torch": None, "torch_onednn": None}),
-        "cpus": timing.cpu_count(), "cpu_model": cpu.detect().name,
+        "cpus": arguments.usable_cpus(), "cpu_model": cpu.detect().name,
         "python": platform.python_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "argv": _without_paths(sys.argv[1:]), "autotune": bool(getattr(args, "autotune", False)),
         # which measured table chose the lowerings: its name, file digest and provenance
@@ -208,7 +208,7 @@ def _without_paths(argv: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Run the chosen suites; print the table and targets; write the files."""
     quick = args.quick
-    threads = args.threads or timing.cpu_count()
+    threads = args.threads or arguments.usable_cpus()
     omp = set_threads(threads)
     opts = runner.Options(
         repeat=args.repeat or (5 if quick else 11),

@@ -307,11 +307,3 @@ def wait_for_quiet(limit: float, threshold: float = 0.15, probe: float = 0.5) ->
         load = mon.others()
         if load is None or load < threshold or time.monotonic() >= deadline:
             return load
-
-
-def cpu_count() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
