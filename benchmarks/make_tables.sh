@@ -32,8 +32,8 @@ done
 # stored: tune_tilesfwd_*; then the 2-D layers with at most 8 output channels, forward, once
 # MatMul (columns) was a candidate: tune_columns_*; then the same six layers' BackwardData and
 # BackwardWeights: tune_fewbwd_*; and StarGAN's up-sampler forward: tune_stargan_*). Their new
-# records choose for calls, the
-# records they replace for polyphase phases: a re-tune moves no phase (make_rules.py).
+# records choose for calls, the records they replace for polyphase phases: a re-tune moves no
+# phase (make_rules.py).
 Z4=$R/zen4
 $MAKE --repeats $Z4/tune_models.json $Z4/tune_models_again.json $Z4/tune_models_third.json \
     $Z4/tune_broad_fit.json $Z4/tune_broad_fit_again.json $Z4/tune_broad_fit_third.json \
