@@ -362,7 +362,8 @@ class Op:
 
 def _wrapper_note(name: str) -> str:
     """How a wrapping lowering ran its library op ("" for the others)."""
-    return {lowering.base.CHANNELS_LAST: "in NXC, reordered", lowering.base.LIFTED: "as 2-D"}.get(name, "")
+    return {lowering.base.CHANNELS_LAST: "in NXC, reordered", lowering.base.LIFTED: "as 2-D",
+            lowering.base.SPACE_TO_DEPTH: "space-to-depth"}.get(name, "")
 
 
 class WeightsOp(Op):

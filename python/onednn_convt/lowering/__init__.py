@@ -16,6 +16,9 @@ package does the rest:
   ``"Depth taps in f32"`` for bf16/f16), which the rules choose where they were measured
   faster, and an NCX one whose NXC taps merge its samples those taps between reorders
   (``"Channels-last depth taps"``);
+- a native bf16 NXC BackwardData with few diff_dst channels and a stride along its last
+  spatial dim has its space-to-depth form (:mod:`.space_to_depth`: a stride-1 op there over
+  diff_dst's blocks, their elements as channels), the blocked problem's op chosen by the rules;
 - an NCX problem also has its channels-last form (:mod:`.channels_last`: the NXC problem's
   library op between reorders of the activations), the NXC op chosen by the rules;
 - a bf16/f16 problem also has each library op computed in f32 (``"<name> in f32"``: the
@@ -36,8 +39,13 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from ..problem import BACKWARD_DATA, BACKWARD_WEIGHTS, FORWARD, Problem
-from . import backward_data, backward_weights, base, channels_last, depth_taps, forward, lifted, per_group, polyphase, rules
-from .base import CHANNELS_LAST, DEPTH_TAPS, DEPTH_TAPS_CHANNELS_LAST, LIFTED, MATMUL, PER_GROUP, POLYPHASE, Lowering
+from . import (
+    backward_data, backward_weights, base, channels_last, depth_taps, forward, lifted, per_group, polyphase, rules,
+    space_to_depth,
+)
+from .base import (
+    CHANNELS_LAST, DEPTH_TAPS, DEPTH_TAPS_CHANNELS_LAST, LIFTED, MATMUL, PER_GROUP, POLYPHASE, SPACE_TO_DEPTH, Lowering,
+)
 
 __all__ = ["IN_F32", "Lowering", "build", "candidates", "rule"]
 
@@ -116,6 +124,8 @@ def _valid(p: Problem, native: bool) -> list[str]:
         names.append(CHANNELS_LAST)
     if lifted.applies(p, own) and _wrapped_names(lifted.plane_problem(p)):
         names.append(LIFTED)
+    if space_to_depth.applies(p) and len(own) > 1 and _space_to_depth_inner(space_to_depth.blocked_problem(p)):
+        names.append(SPACE_TO_DEPTH)
     names += in_f32
     if polyphase.applies(p):  # its stride-1 phases are kept from every stride guard's kernels too
         names.append(POLYPHASE)
@@ -156,9 +166,26 @@ def _wrapped_names(q: Problem) -> list[str]:
     return [n for n in _CANDIDATES[q.op](q) if base.one_library_op(_BUILD[q.op](q, n))]
 
 
+def _space_to_depth_inner(q: Problem) -> Optional[str]:
+    """The rules' choice among the lowerings of ``q`` (:func:`.space_to_depth.blocked_problem`)
+    that can run inside the space-to-depth form: one library op, native, under no guard (a
+    guard's route, or one computed in f32, would skip the check of the result for the NaNs
+    its zeros can make); None if there is none."""
+    names = []
+    for n in _wrapped_names(q):
+        low = _BUILD[q.op](q, n)
+        if low.guard is None and not low.f32_only:
+            names.append(n)
+    return _ruled(q, names)
+
+
 def _wrapped_inner(q: Problem) -> Optional[str]:
     """The rules' choice among :func:`_wrapped_names` of ``q``; None if there is none."""
-    names = _wrapped_names(q)
+    return _ruled(q, _wrapped_names(q))
+
+
+def _ruled(q: Problem, names: list[str]) -> Optional[str]:
+    """The rules' choice among ``names`` of ``q``; None if there is none."""
     if not names:
         return None
     chosen = rules.measured(q, names)
@@ -194,6 +221,13 @@ def build(p: Problem, name: str) -> Lowering:
         if inner is None:
             raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
         return replace(lifted.build(p, build(q, inner)), single_thread=small)
+    if name == SPACE_TO_DEPTH:
+        q = space_to_depth.blocked_problem(p)
+        inner = _space_to_depth_inner(q) if space_to_depth.applies(p) else None
+        if inner is None:
+            raise ValueError(f"{p.op}: no lowering named {name!r} for this problem")
+        own_op = _BUILD[p.op](p, rules.backward_data_kind(p.geometry.dilations, p.data_format))
+        return replace(space_to_depth.build(p, build(q, inner), own_op), single_thread=small)
     if name.endswith(IN_F32):
         base_name = name[: -len(IN_F32)]
         low = forward.build(p, base_name, in_f32=True) if p.op == FORWARD else _BUILD[p.op](p, base_name)

@@ -216,6 +216,9 @@ PER_GROUP = "Per group"
 CHANNELS_LAST = "Channels-last"
 #: a 1-D call run as its 2-D problem of height 1 (:mod:`.lifted`)
 LIFTED = "Lifted to 2-D"
+#: BackwardData with few diff_dst channels as a stride-1 op over diff_dst's blocks along its
+#: last spatial dim (:mod:`.space_to_depth`)
+SPACE_TO_DEPTH = "Space-to-depth"
 #: a 3-D depthwise call as 2-D ones, one per depth tap (:mod:`.depth_taps`)
 DEPTH_TAPS = "Depth taps"
 #: an NCX 3-D depthwise call as the depth taps of its NXC problem, between reorders of the
