@@ -37,8 +37,16 @@ def empty(shape: Sequence[int] | int, dtype: Any) -> np.ndarray:
 def zeros(shape: Sequence[int] | int, dtype: Any) -> np.ndarray:
     """A new C-ordered array of zeros (as :func:`numpy.zeros`)."""
     array = empty(shape, dtype)
-    array.fill(0)
+    fill_zeros(array)
     return array
+
+
+def fill_zeros(a: np.ndarray) -> None:
+    """Set ``a`` (any view) to zeros: through same-size unsigned integers, whose zero bits
+    are every float dtype's zero (NumPy fills bf16 element by element: 530 us for 2 MiB
+    where its 16-bit integers take 40)."""
+    size = a.dtype.itemsize
+    (a.view(f"u{size}") if size in (1, 2, 4, 8) and a.dtype.kind in "fV" else a).fill(0)
 
 
 def contiguous(a: np.ndarray) -> np.ndarray:

@@ -86,7 +86,9 @@ def build(p: Problem, inner: Lowering, exact: Lowering) -> Lowering:
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         dd, w = args[0], args[1]
-        padded = memory.zeros(padded_shape, dd.dtype)
+        padded = memory.empty(padded_shape, dd.dtype)
+        memory.fill_zeros(padded[..., :pb, :])
+        memory.fill_zeros(padded[..., pb + take :, :])
         size = f"u{dd.itemsize}"  # (NumPy copies bf16 element by element, its integers in bulk)
         np.copyto(padded.view(size)[..., pb : pb + take, :], dd.view(size)[..., :take, :])
         blocked = [padded.reshape(q.input_shapes[0]), _blocked_weights(w, p.weights_format, k, padded_k, s)]
