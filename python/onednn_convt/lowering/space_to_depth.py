@@ -18,13 +18,15 @@ Measured on an AMD Zen4 (bf16, NXC, 2 threads, medians of 15 alternated rounds, 
 the library op the rules chose and PyTorch 2.13): FSRCNN's x3 layer (56 -> 1 channel, k9
 s3, 170x170) 0.99 ms against 1.41 and PyTorch's 1.10; its x2 layer (k9 s2) 1.88 against
 3.19 and 2.22; pix2pix's output layer (128 -> 3, k4 s2) 0.53 against 0.65 and 0.66. In
-f32 it was slower than the library op on four of six such layers: bf16 only (f16 runs
+f32 it was slower than the library op on five of six such layers: bf16 only (f16 runs
 natively only on CPUs with AVX512-FP16, where it was not measured).
 
-The zeros it multiplies (``P``'s padding; the weights' taps from ``k`` on) turn a
-non-finite weight or diff_dst element into a NaN where the op has no such term. A native
-bf16 result is checked for Inf and NaN and then redone in f32 by ``exact``, the library's
-own op (``Plan._guarded``), so the lowering applies only where bf16 runs natively.
+The zeros it multiplies are diff_dst's padding, as the library's own ops multiply theirs
+(where a NaN or Inf meets only the pads the result may hold a NaN that the exact sum has
+not, as theirs may: docs/deviations.md), and the weights' taps from ``k`` on, which meet
+real diff_dst elements: an Inf there makes a NaN that the library's op does not. A native
+bf16 result holding an Inf or NaN is redone in f32 by ``exact``, the library's own op
+(``Plan._guarded``), so the lowering applies only where bf16 runs natively.
 """
 
 from __future__ import annotations
