@@ -124,6 +124,7 @@ def _valid(p: Problem, native: bool) -> list[str]:
         names.append(CHANNELS_LAST)
     if lifted.applies(p, own) and _wrapped_names(lifted.plane_problem(p)):
         names.append(LIFTED)
+    # (a guarded problem has one candidate of its own, the guard's route: it keeps it alone)
     if space_to_depth.applies(p) and len(own) > 1 and _space_to_depth_inner(space_to_depth.blocked_problem(p)):
         names.append(SPACE_TO_DEPTH)
     names += in_f32
@@ -172,9 +173,9 @@ def _space_to_depth_inner(q: Problem) -> Optional[str]:
     guard's route, or one computed in f32, would skip the check of the result for the NaNs
     its zeros can make); None if there is none."""
     names = []
-    for n in _wrapped_names(q):
+    for n in _CANDIDATES[q.op](q):
         low = _BUILD[q.op](q, n)
-        if low.guard is None and not low.f32_only:
+        if base.one_library_op(low) and low.guard is None and not low.f32_only:
             names.append(n)
     return _ruled(q, names)
 
