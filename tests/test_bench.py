@@ -5,6 +5,7 @@ JSON and Markdown that agree with each other, and the values that are not timing
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import os
@@ -143,6 +144,69 @@ def test_a_skipped_chart_is_noted(tmp_path, monkeypatch: pytest.MonkeyPatch) -> 
                                    "--no-reference", "--out", str(tmp_path)])
     assert code == 0
     assert "no chart drawn: matplotlib is not installed" in stderr
+
+
+_ONE_FWD = ["bench", "--suite", "tiny", "--quick", "--budget", "0.01", "--repeat", "3", "--ops", "fwd",
+            "--dtypes", "f32", "--formats", "NCX"]
+
+
+def _fails_with(code: int, stdout: str, stderr: str, words: str) -> None:
+    assert code == 1, stdout + stderr
+    assert "WRONG RESULTS in 1 of 1 configurations" in stdout and words in stdout
+    assert "WRONG: " + words in stderr  # beside the progress line too
+
+
+def test_a_result_off_the_reference_fails_the_run(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from onednn_convt.bench import peers
+
+    real = peers.reference_call
+    monkeypatch.setattr(peers, "reference_call", lambda case: (lambda: real(case)() * 1.5))
+    code, stdout, stderr = bench_main([*_ONE_FWD, "--no-torch", "--out", str(tmp_path)])
+    _fails_with(code, stdout, stderr, "our result is 3.3e-01 from the float64 reference")
+    [r] = json.loads((tmp_path / "tiny.json").read_text())["results"]
+    assert runner.wrong(r) and r["ref_err"] == pytest.approx(1 / 3, rel=1e-6)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+@pytest.mark.parametrize("reference", [False, True])
+def test_pytorch_disagreeing_fails_a_run_without_the_reference(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                                 reference: bool) -> None:
+    """With --no-reference, PyTorch's result is the check; with the reference, a PyTorch
+    that alone differs is marked in its column and fails nothing."""
+    from onednn_convt.bench import peers
+
+    real = peers.torch_to_numpy
+    monkeypatch.setattr(peers, "torch_to_numpy", lambda case, result: real(case, result) + 1.0)
+    code, stdout, stderr = bench_main([*_ONE_FWD, *([] if reference else ["--no-reference"]), "--out", str(tmp_path)])
+    [r] = json.loads((tmp_path / "tiny.json").read_text())["results"]
+    assert runner.torch_disagrees(r)
+    if reference:
+        assert code == 0 and not runner.wrong(r) and "WRONG" not in stdout + stderr
+    else:
+        _fails_with(code, stdout, stderr, "our result and PyTorch's are")
+    row = next(ln for ln in stdout.splitlines() if ln.startswith("tiny "))
+    assert f"{r['torch_ms']:.3g} !" in row
+
+
+def test_constant_weights_giving_another_result_fail_the_run(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from onednn_convt import ops
+
+    real = ops.ConvTranspose.with_constant_weights
+    monkeypatch.setattr(ops.ConvTranspose, "with_constant_weights", lambda self, w: real(self, np.asarray(w) * 2))
+    code, stdout, stderr = bench_main([*_ONE_FWD, "--no-torch", "--no-reference", "--out", str(tmp_path)])
+    _fails_with(code, stdout, stderr, "the call with the weights bound as constant (")
+    [r] = json.loads((tmp_path / "tiny.json").read_text())["results"]
+    assert r["const_err"] == pytest.approx(1.0, rel=1e-6) and r["const_equal"] is False
+    assert report._const(r).endswith("!")
+
+
+@pytest.mark.parametrize("equal, err, mark", [(True, 0.0, ""), (False, 1e-6, "~"), (False, 5e-4, "!"),
+                                              (False, float("nan"), "!")])
+def test_constant_weights_column_marks(equal: bool, err: float, mark: str) -> None:
+    """Different bytes within tolerance (another lowering or kernel) read ``~``, beyond it ``!``."""
+    r = {"dtype": "f32", "const_gain": 1.25, "const_equal": equal, "const_err": err}
+    assert report._const(r) == "1.25" + mark
+    assert bool(runner.wrong(r)) == (mark == "!")
 
 
 def test_compare_with_itself(tiny_run: dict) -> None:

@@ -10,7 +10,8 @@ Examples::
     onednn-convt bench --suite fused           # fused ConvTranspose + post-ops vs unfused and torch
 
 Progress goes to stderr; the table, a summary of the figures and the comparison to stdout;
-CSV, JSON and (with matplotlib) a PNG chart to ``--out``.
+CSV, JSON and (with matplotlib) a PNG chart to ``--out``. The exit code is 1 if a
+configuration failed or gave a wrong result (:func:`.runner.wrong`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ DESCRIPTION = """\
 Time the ops on a suite of layers against the native loop (the same compiled partition run
 from C++), PyTorch (if installed) and the NumPy reference, after checking each result against
 the reference. Progress goes to stderr; the table, a summary and the comparison (--compare) to
-stdout; CSV, JSON, Markdown and (with matplotlib) a PNG chart to --out.
+stdout; CSV, JSON, Markdown and (with matplotlib) a PNG chart to --out. Every result is
+checked: against the reference, against PyTorch's (the check left to --no-reference runs),
+and the call with the weights bound as constant against the plain one; the exit code is 1
+if a configuration failed or a check did.
 
 examples:
   onednn-convt bench                         # models suite, every op, dtype and format
@@ -337,6 +341,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nWARNING: other processes used up to {max(busy):.1f} CPUs during this run "
               f"({sum(b > 0.2 for b in busy)} of {len(busy)} configurations above 0.2, column 'busy'); "
               "those timings are slower and noisier than the machine can do (see --wait-idle).")
+    failed = [(r["key"], failure) for r in records for failure in runner.wrong(r)]
+    if failed:
+        print(f"\nWRONG RESULTS in {len({k for k, _ in failed})} of {len(records)} configurations (the exit code is 1):")
+        for key, failure in failed:
+            print(f"  {key}: {failure}")
     items = report.targets(records)
     print()
     print("Summary:")
@@ -364,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
             print("bench: no chart drawn: matplotlib is not installed "
                   "(pip install matplotlib, or the package's [bench] extra)", file=sys.stderr)
     print(f"\nwrote {', '.join(str(args.out / w) for w in written)}", file=sys.stderr)
-    return 1 if any(r.get("error") for r in records) else 0
+    return 1 if any(r.get("error") or runner.wrong(r) for r in records) else 0
 
 
 def measure_peak_for(quick: bool) -> dict[str, Any]:
@@ -384,6 +393,6 @@ def _progress(rec: dict[str, Any]) -> str:
         prefix = inference_peers.PREFIX[peer]
         if rec.get(f"{prefix}_ms") is not None:
             text += f", {peer} {rec[f'{prefix}_ms']:.3g} ms ({rec[f'vs_{prefix}']:.2f}x)"
-    if runner.flagged(rec):
-        text += f", REFERENCE ERROR {rec['ref_err']:.1e}"
+    for failure in runner.wrong(rec):
+        text += f", WRONG: {failure}"
     return text

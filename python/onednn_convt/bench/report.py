@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .. import arguments
-from .runner import flagged
+from .runner import constant_disagrees, flagged, torch_disagrees
 
 Record = dict[str, Any]
 
@@ -68,14 +68,18 @@ def _lowering(r: Record) -> str:
 
 def _torch(r: Record) -> str:
     if r.get("torch_ms") is not None:
-        return ("~" if r.get("torch_estimated") else "") + _num(r["torch_ms"])
+        return ("~" if r.get("torch_estimated") else "") + _num(r["torch_ms"]) + (" !" if torch_disagrees(r) else "")
     return "n/a" if r.get("torch_error") else "-"
 
 
 def _const(r: Record) -> str:
+    """The constant-weights gain, marked ``~`` where the two calls wrote different bytes
+    within tolerance (another lowering or kernel: autotuning times the bound op apart) and
+    ``!`` where they differ by more (:func:`.runner.constant_disagrees`)."""
     if r.get("const_gain") is None:
         return "-"
-    return _ratio(r["const_gain"]) + ("" if r.get("const_equal") else "!")
+    mark = "!" if constant_disagrees(r) else "" if r.get("const_equal") else "~"
+    return _ratio(r["const_gain"]) + mark
 
 
 #: (header, formatter) of the table columns
@@ -109,7 +113,9 @@ LEGEND = (
     "loop; overhead = our out= call - native, median of paired samples taken in alternation (for lowering* = emulated in f32 the native loop times "
     "the f32 kernel only, so overhead includes the conversions; for MatMul it includes the "
     "overlap-add); const w = our out= time over that of the same call with the weights bound as "
-    "constant (with_constant_weights: reordered once), timed in alternation (! = results differ); vs torch = torch time / our time (> 1: we are faster; ~ = PyTorch too slow to run, "
+    "constant (with_constant_weights: reordered once), timed in alternation (~ = the two results differ "
+    "within tolerance, as another lowering's or kernel's do; ! = beyond it); torch = PyTorch's time (! = its result "
+    "and ours differ beyond tolerance); vs torch = torch time / our time (> 1: we are faster; ~ = PyTorch too slow to run, "
     "estimated from batch 1 times N); ref err = max abs error / "
     "max abs value against the float64 reference (! = above the dtype's tolerance); alloc = "
     "bytes tracemalloc sees allocated during one out= call; recompiles = cache misses after the "

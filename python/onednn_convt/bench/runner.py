@@ -208,14 +208,19 @@ def _measure_constant_weights(
 ) -> Callable[[], Any]:
     """The same call with the weights bound as constant (``op.with_constant_weights``: the
     library reorders them once), timed with out= in alternating batches against the plain
-    out= call. ``const_equal``: both wrote the same bytes. Returns that call (allocating its
-    result), compiled, for the inference peers (:func:`_measure_inference_peers`)."""
+    out= call. ``const_equal``: both wrote the same bytes; ``const_err``: how far apart the
+    two results are (:func:`peers.relative_error`, the plain one as the scale), which
+    :func:`wrong` checks; ``const_lowering``: the bound op's lowering (autotuning may time
+    it to another one than the plain op's). Returns that call (allocating its result),
+    compiled, for the inference peers (:func:`_measure_inference_peers`)."""
     bound = op.with_constant_weights(args[1])
     rest = (args[0], *args[2:])
     const_out = np.empty_like(out)
     bound(*rest, out=const_out)  # compiles; reorders the weights into the constant cache
     op(*args, out=out)
     rec["const_equal"] = bool(np.array_equal(const_out.view(np.uint8), out.view(np.uint8)))
+    rec["const_lowering"] = bound.lowering
+    rec["const_err"] = peers.relative_error(const_out, out)
     plain, const, _ = timing.measure_difference(
         timing.python_runner(lambda: op(*args, out=out)),
         timing.python_runner(lambda: bound(*rest, out=const_out)), opts.repeat, opts.budget,
@@ -370,7 +375,44 @@ def _measure_reference(case: Any, opts: Options, ours: Sequence[np.ndarray], rec
 TOLERANCE = {"f32": 1e-4, "bf16": 3e-2, "f16": 4e-3}
 
 
+def _beyond(err: Optional[float], tolerance: float) -> bool:
+    return err is not None and (math.isnan(err) or err > tolerance)
+
+
 def flagged(rec: dict[str, Any]) -> bool:
-    """Whether the reference error of a record is above the dtype's tolerance."""
-    err = rec.get("ref_err")
-    return err is not None and not math.isnan(err) and err > TOLERANCE[rec["dtype"]]
+    """Whether the reference error of a record is above the dtype's tolerance (or NaN: the
+    bench's inputs are finite, so a NaN in our result is wrong)."""
+    return _beyond(rec.get("ref_err"), TOLERANCE[rec["dtype"]])
+
+
+def torch_disagrees(rec: dict[str, Any]) -> bool:
+    """Whether PyTorch's result and ours are further apart than two results within the
+    dtype's tolerance of the exact one can be (``torch_err`` above twice it)."""
+    return _beyond(rec.get("torch_err"), 2 * TOLERANCE[rec["dtype"]])
+
+
+def constant_disagrees(rec: dict[str, Any]) -> bool:
+    """Whether the call with the weights bound as constant and the plain call gave results
+    further apart than twice the dtype's tolerance."""
+    return _beyond(rec.get("const_err"), 2 * TOLERANCE[rec["dtype"]])
+
+
+def wrong(rec: dict[str, Any]) -> list[str]:
+    """The result checks a record fails, one sentence each (empty: none failed).
+
+    A run without the reference (``--no-reference``, as the speed runs are made) still
+    checks our result against PyTorch's and the constant-weights call's against the plain
+    one. Where the reference was run, it decides: PyTorch alone differing from a result
+    that matches the reference is not ours to fail, and is not counted here.
+    """
+    tol = TOLERANCE[rec["dtype"]]
+    out = []
+    if flagged(rec):
+        out.append(f"our result is {rec['ref_err']:.1e} from the float64 reference (tolerance {tol:g})")
+    if torch_disagrees(rec) and rec.get("ref_err") is None:
+        out.append(f"our result and PyTorch's are {rec['torch_err']:.1e} apart (at most {2 * tol:g} expected); "
+                   "run again without --no-reference to tell which is wrong")
+    if constant_disagrees(rec):
+        out.append(f"the call with the weights bound as constant ({rec.get('const_lowering')}) and the plain call "
+                   f"({rec.get('lowering')}) are {rec['const_err']:.1e} apart (at most {2 * tol:g} expected)")
+    return out
