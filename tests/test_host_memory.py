@@ -8,6 +8,7 @@ it, arrays still held survive that, and a forked child can use the memory it inh
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -242,3 +243,58 @@ def test_an_address_space_limit_lowers_every_limit(monkeypatch, tmp_path):
     assert limits.memory_limit() == 500 * MB - reserve
     monkeypatch.setattr(limits, "_limit", 100 * MB)  # and below it
     assert limits.memory_limit() == 100 * MB
+
+
+# A child that calls a compiled bf16 1-D grouped NXC forward once under an address-space
+# limit of VmSize + HEADROOM MiB, then again without it (address_space fuzzer, seed 4018,
+# trial 15). Between about 9 and 19 MiB here, the engine's allocator has the call's blocks
+# but an allocation of the library's own fails, which it reports as a status.
+_OWN_ALLOCATION_SCRIPT = textwrap.dedent("""
+    import json, resource, sys
+    import numpy as np
+    import onednn_convt as oc
+
+    def vm_size():
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+
+    bf16 = oc.dtypes.FLOAT_DTYPES["bf16"]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 19164, 40), np.float32).astype(bf16)
+    w = rng.standard_normal((3, 22, 40), np.float32).astype(bf16)
+    op = oc.ConvTranspose(groups=2, data_format="NXC", weights_format="XOI")
+    want = op(x, w)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + int(sys.argv[1]) * 2**20, hard))
+    got = None
+    try:
+        got = op(x, w)
+        outcome = "ran"
+    except MemoryError as e:
+        outcome = "MemoryError: " + str(e)
+    except Exception as e:
+        outcome = type(e).__name__ + ": " + str(e)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    if got is not None:  # (compared without the limit: the comparison allocates)
+        outcome = "same" if np.array_equal(got.view(np.uint16), want.view(np.uint16)) else "different"
+    after = op(x, w)
+    print(json.dumps([outcome, bool(np.array_equal(after.view(np.uint16), want.view(np.uint16)))]))
+""")
+
+
+def test_the_library_running_out_of_its_own_memory_is_a_memory_error():
+    """Where oneDNN 3.2 allocates outside the engine's allocator and fails, it reports
+    out_of_memory as a status: that call raises MemoryError naming the op, as the
+    allocator's own failures do (it escaped as OneDNNError), and the op runs right once
+    the limit is lifted. Each headroom in a fresh process: a warm op under the limit must
+    give the same bytes or raise MemoryError."""
+    outcomes = {}
+    for headroom in (9, 11, 12, 13, 15, 17):
+        done = subprocess.run([sys.executable, "-c", _OWN_ALLOCATION_SCRIPT, str(headroom)], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "ONEDNN_CONVT_MEMORY_LIMIT": "2G"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        outcome, after = json.loads(done.stdout)
+        outcomes[headroom] = outcome
+        assert after, (headroom, outcome)
+        assert outcome == "same" or (outcome.startswith("MemoryError: ConvTranspose: oneDNN ")
+                                     and "ulimit -v" in outcome), outcomes

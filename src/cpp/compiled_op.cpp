@@ -969,6 +969,14 @@ void CompiledOp::execute(const std::vector<void *> &inputs, void *output) const 
         throw ExecutionOutOfMemory(spec_.kind + ": oneDNN could not allocate the " + std::to_string(e.bytes) +
                                    " bytes of working memory this call needs (out of memory, or at the process's " +
                                    "address-space limit, ulimit -v); the output holds no result");
+    } catch (const dnnl::error &e) {
+        // an allocation of the library's own (not through the engine's allocator) failed: it
+        // reports the status, and the call is refused as one of ours is
+        arm_teardown_lock();
+        if (e.status != dnnl_out_of_memory) throw;
+        throw ExecutionOutOfMemory(spec_.kind + ": oneDNN ran out of memory running this call (" + e.what() +
+                                   "; out of memory, or at the process's address-space limit, ulimit -v); " +
+                                   "the output holds no result");
     } catch (...) {
         arm_teardown_lock();
         throw;

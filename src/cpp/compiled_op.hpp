@@ -28,7 +28,8 @@ using AttrValue = std::variant<int64_t, Dims, std::string, double, Floats>;
 using Attrs = std::map<std::string, AttrValue>;  // ordered: part of the cache key
 
 // An execution whose memory the host allocator could not give (HostAllocationFailed in
-// host_memory.hpp); the binding raises it as Python's MemoryError.
+// host_memory.hpp), or that the library refused as out of memory (an allocation of its own);
+// the binding raises it as Python's MemoryError.
 struct ExecutionOutOfMemory : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
