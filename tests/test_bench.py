@@ -201,9 +201,10 @@ def test_constant_weights_giving_another_result_fail_the_run(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("equal, err, mark", [(True, 0.0, ""), (False, 1e-6, "~"), (False, 5e-4, "!"),
-                                              (False, float("nan"), "!")])
-def test_constant_weights_column_marks(equal: bool, err: float, mark: str) -> None:
-    """Different bytes within tolerance (another lowering or kernel) read ``~``, beyond it ``!``."""
+                                              (False, float("nan"), "!"), (False, None, "?")])
+def test_constant_weights_column_marks(equal: bool, err: float | None, mark: str) -> None:
+    """Different bytes within tolerance (another lowering or kernel) read ``~``, beyond it
+    ``!``; an older run's record, with no ``const_err``, ``?``."""
     r = {"dtype": "f32", "const_gain": 1.25, "const_equal": equal, "const_err": err}
     assert report._const(r) == "1.25" + mark
     assert bool(runner.wrong(r)) == (mark == "!")

@@ -74,11 +74,17 @@ def _torch(r: Record) -> str:
 
 def _const(r: Record) -> str:
     """The constant-weights gain, marked ``~`` where the two calls wrote different bytes
-    within tolerance (another lowering or kernel: autotuning times the bound op apart) and
-    ``!`` where they differ by more (:func:`.runner.constant_disagrees`)."""
+    within tolerance (another lowering or kernel: autotuning times the bound op apart),
+    ``!`` where they differ by more (:func:`.runner.constant_disagrees`), and ``?`` where
+    they differ in a run that did not record by how much (before ``const_err``)."""
     if r.get("const_gain") is None:
         return "-"
-    mark = "!" if constant_disagrees(r) else "" if r.get("const_equal") else "~"
+    if r.get("const_equal"):
+        mark = ""
+    elif r.get("const_err") is None:
+        mark = "?"
+    else:
+        mark = "!" if constant_disagrees(r) else "~"
     return _ratio(r["const_gain"]) + mark
 
 
@@ -114,7 +120,7 @@ LEGEND = (
     "the f32 kernel only, so overhead includes the conversions; for MatMul it includes the "
     "overlap-add); const w = our out= time over that of the same call with the weights bound as "
     "constant (with_constant_weights: reordered once), timed in alternation (~ = the two results differ "
-    "within tolerance, as another lowering's or kernel's do; ! = beyond it); torch = PyTorch's time (! = its result "
+    "within tolerance, as another lowering's or kernel's do; ! = beyond it; ? = they differ, by how much not recorded); torch = PyTorch's time (! = its result "
     "and ours differ beyond tolerance); vs torch = torch time / our time (> 1: we are faster; ~ = PyTorch too slow to run, "
     "estimated from batch 1 times N); ref err = max abs error / "
     "max abs value against the float64 reference (! = above the dtype's tolerance); alloc = "
