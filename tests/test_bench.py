@@ -188,6 +188,16 @@ def test_pytorch_disagreeing_fails_a_run_without_the_reference(tmp_path, monkeyp
     assert f"{r['torch_ms']:.3g} !" in row
 
 
+def test_a_run_that_checks_nothing_says_so(tmp_path) -> None:
+    """Without the reference and PyTorch no result is checked but the constant-weights
+    call's against the plain one: the run says how many went unchecked."""
+    code, stdout, _ = bench_main([*_ONE_FWD, "--no-torch", "--no-reference", "--out", str(tmp_path)])
+    assert code == 0
+    assert "NOTE: 1 of 1 configurations' results were checked against neither the reference" in stdout
+    code, stdout, _ = bench_main([*_ONE_FWD, "--no-torch", "--out", str(tmp_path)])
+    assert code == 0 and "checked against neither" not in stdout
+
+
 def test_constant_weights_giving_another_result_fail_the_run(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from onednn_convt import ops
 

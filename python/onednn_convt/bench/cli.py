@@ -341,6 +341,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nWARNING: other processes used up to {max(busy):.1f} CPUs during this run "
               f"({sum(b > 0.2 for b in busy)} of {len(busy)} configurations above 0.2, column 'busy'); "
               "those timings are slower and noisier than the machine can do (see --wait-idle).")
+    unchecked = [r["key"] for r in records if not r.get("error") and r.get("ref_err") is None
+                 and r.get("torch_err") is None]
+    if unchecked:
+        print(f"\nNOTE: {len(unchecked)} of {len(records)} configurations' results were checked against neither the "
+              "reference (--no-reference, or a layer too large for it) nor PyTorch's (not run, or estimated)")
     failed = [(r["key"], failure) for r in records for failure in runner.wrong(r)]
     if failed:
         print(f"\nWRONG RESULTS in {len({k for k, _ in failed})} of {len(records)} configurations (the exit code is 1):")
