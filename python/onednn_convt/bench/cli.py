@@ -109,14 +109,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(and where the choice replaced the rules' lowering, times the two once "
                              "more before it keeps it); and time tuned first calls against untuned "
                              "ones in alternating pairs")
-    parser.add_argument("--no-torch", action="store_true", help="do not compare with PyTorch")
+    parser.add_argument("--no-torch", action="store_true", help="do not time PyTorch or check our results against its")
     parser.add_argument("--peers", type=arguments.comma_list(inference_peers.PEERS), default=[],
                         help="also compare with these inference runtimes, where they fit (forward and "
                              "BackwardData; ONNX Runtime in NCX and f32, OpenVINO in NCX and NXC, in f32 "
                              "and the dtypes its CPU plugin runs natively), each against our call with the weights "
                              "bound as constant: " + ",".join(inference_peers.PEERS)
                              + " (pip install 'onednn-convt[bench]')")
-    parser.add_argument("--no-reference", action="store_true", help="do not time the NumPy reference")
+    parser.add_argument("--no-reference", action="store_true", help="do not run the NumPy reference (results are then checked against PyTorch's)")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
 
 
