@@ -274,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                              "replace are dropped (as the Zen3 and Zen5 tables were made, and benchmarked: there "
                              "a re-tune moves phases)")
     parser.add_argument("--note", default="", help="a sentence kept in the table's provenance")
-    parser.add_argument("--date", default=datetime.date.today().isoformat(), help="when the runs were made")
+    parser.add_argument("--date", default=datetime.date.today().isoformat(),
+                        help="when the runs were made (--default: when its rules were drawn from the tables); "
+                             "a table's files are remade byte for byte only with the date they were made with")
     parser.add_argument("--default", action="store_true", help="write default.json from the tables in --out")
     parser.add_argument("--margin", type=float, default=1.10, help="--default: how much faster a rival must be")
     parser.add_argument("--row-limit", type=float, default=1.10,
@@ -287,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         tables = [rules_table.read(p) for p in sorted(args.out.glob("*.json")) if p.stem != rules_table.DEFAULT_NAME]
         native = [t for t in tables if not t.provenance.get("capped")]
         doc = {"format": rules_table.FORMAT, "cpu": rules_table.DEFAULT_NAME, "isa": "any",
-               "date": datetime.date.today().isoformat(), "margin": args.margin, "min_cpus": args.min_cpus,
+               "date": args.date, "margin": args.margin, "min_cpus": args.min_cpus,
                "made_from": [t.name for t in native],
                "row_limit": args.row_limit,
                "note": (f"the library's own op, unless another lowering won by {args.margin:.2f}x or more on "
