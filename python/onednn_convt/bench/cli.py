@@ -378,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
             print("bench: no chart drawn: matplotlib is not installed "
                   "(pip install matplotlib, or the package's [bench] extra)", file=sys.stderr)
     print(f"\nwrote {', '.join(str(args.out / w) for w in written)}", file=sys.stderr)
-    return 1 if any(r.get("error") or runner.wrong(r) for r in records) else 0
+    return 1 if failed or any(r.get("error") for r in records) else 0
 
 
 def measure_peak_for(quick: bool) -> dict[str, Any]:
