@@ -14,7 +14,7 @@ from test_numerics import inputs_of, reference
 
 import onednn_convt as oc
 from onednn_convt import _core, guards, lowering
-from onednn_convt.lowering import base, rules
+from onednn_convt.lowering import base, matmul_tiles, rules
 
 FWD, BWD_D, BWD_W = OPS
 
@@ -193,6 +193,39 @@ def test_the_ncx_tiles_forward_copies_iox_weights_unless_that_saves_nothing(code
     if copied:  # W (K*OC, IC) @ cols (N, IC, P): src as stored
         assert weights.shape == (12, 5) and weights.flags.c_contiguous
         assert np.shares_memory(cols, arrays[0]) and cols.flags.c_contiguous
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize(("data_format", "weights_format", "ic", "oc_", "by_rows"), [
+    ("NCX", "IOX", 3, 5, True),  # diff_dst 4*5/3 = 6.7x src's elements: by rows, transposed after
+    ("NCX", "IOX", 5, 4, False),  # 16/5 = 3.2x: by columns, the weights' own memory
+    ("NCX", "XOI", 5, 4, True),  # XOI: by rows, its own memory
+    ("NXC", "IOX", 3, 5, False),  # NXC: IOX by columns (src through a transposed view)
+    ("NXC", "XOI", 3, 5, True),
+])
+def test_the_tiles_backward_weights_orientation(code, data_format, weights_format, ic, oc_, by_rows):
+    """The tiles BackwardWeights multiplies frames (taps*OC, N*P) @ src (N*P, IC) (by rows),
+    but for IOX weights in NXC, and in NCX where diff_dst has fewer than ROWS_FROM times
+    src's elements, src^T (IC, N*P) @ frames (N*P, OC*K) (by columns). Both give the
+    reference's weights, C-contiguous, into ``out`` too."""
+    cfg = Config(src=(3, 4), kernel=(2, 2), strides=2, n=2, ic=ic, oc=oc_, data_format=data_format,
+                 weights_format=weights_format)
+    if (data_format, weights_format) == ("NCX", "IOX"):  # the cases stand on each side of the threshold
+        assert (oc_ * 4 >= matmul_tiles.ROWS_FROM * ic) == by_rows
+    arrays = inputs_of(BWD_W, cfg.tensors(np.random.default_rng(3), code), cfg)
+    given = call_arrays(BWD_W, cfg, arrays)
+    instance = op_of(BWD_W, cfg)
+    low = lowering.build(instance._problem(given, code), base.TILES)
+    assert low.library_shape == ((4 * oc_, ic) if by_rows else (ic, oc_ * 4))
+    assert (low.finish is not None) == (by_rows and weights_format == "IOX")  # the transpose
+    want = reference(BWD_W, cfg, arrays)
+    plan = instance._target().plan(low, given, None, code)
+    got = plan.run(given, None)
+    assert got.flags.c_contiguous and got.dtype == arrays[0].dtype
+    assert_close(got, want, code, cfg.bwd_weights_reduction, str(cfg))
+    out = np.full_like(got, np.nan)
+    assert plan.run(given, out) is out
+    np.testing.assert_array_equal(out.view(np.uint8), got.view(np.uint8))
 
 
 def test_a_guarded_problem_has_the_guards_lowering_alone():

@@ -264,12 +264,15 @@ ESTIMATED = [
     # NCX BackwardWeights, run as MatMul (tiles): diff_dst permuted into frames, src moved
     (lambda: oc.ConvTransposeBackwardWeights(strides=2, data_format="NCX", weights_format="IOX"),
      (np.ones((2, 32, 16, 16)), np.ones((2, 16, 32, 32)), (32, 16, 2, 2))),
+    # ... by rows (diff_dst 8x src's elements): src moved too, the result transposed after
+    (lambda: oc.ConvTransposeBackwardWeights(strides=2, data_format="NCX", weights_format="IOX"),
+     (np.ones((2, 8, 16, 16)), np.ones((2, 16, 32, 32)), (8, 16, 2, 2))),
 ]
 
 
 @pytest.mark.parametrize(("make", "inputs"), ESTIMATED,
                          ids=["conv_transpose", "matmul-bwd_d", "matmul-fwd", "frames-bwd_w", "frames-bwd_w-iox",
-                              "channels-last-bwd_d", "tiles-bwd_w"])
+                              "channels-last-bwd_d", "tiles-bwd_w", "tiles-bwd_w-rows"])
 def test_estimate_matches_the_bytes_a_call_allocates(make, inputs, monkeypatch, request):
     """The MemoryError figure is what tracemalloc sees the call allocate (NumPy buffers), to
     within the library's own working copies, which NumPy does not see."""

@@ -7,7 +7,8 @@ block. So (P = the src spatial positions, K = the kernel taps):
 
     forward:   tiles = src (N*P, IC) @ W (IC, OC*K), then dst = depth-to-space(tiles) + bias
     backward:  diff_src (N*P, IC) = space-to-depth(diff_dst) (N*P, OC*K) @ W^T
-    weights:   dW (IC, OC*K) = src^T (IC, N*P) @ space-to-depth(diff_dst) (N*P, OC*K)
+    weights:   dW (K*OC, IC) = space-to-depth(diff_dst)^T (K*OC, N*P) @ src (N*P, IC)
+               (or its transpose: see conv_transpose_backward_weights)
 
 the same products as the convolution, no zero taps, no overlap. Guarded problems on AMX run
 this way (guards.AMX_STRIDE_NOT_BELOW_KERNEL): oneDNN 3.2's AMX convolution kernels fail
@@ -18,13 +19,13 @@ taps of all but the last spatial dim and the weights over the positions
 (:func:`_conv_transpose_nxc`). BackwardData writes diff_src itself too: per sample in NCX,
 as rows in NXC, the weights copied transposed where their layout is the other one (small;
 :func:`conv_transpose_backward_data`). The forward in NCX reads src as stored, IOX weights
-copied into the product's order (:func:`conv_transpose`). Elsewhere, as in
-:mod:`onednn_convt.matmul_lowering`, the product is oriented so that the weights are read
-as stored: IOX weights are (IC, OC*K), taps inner; XOI weights are (K*OC, IC), taps outer;
-the activations are laid out to match, in one permuting copy per side (:mod:`.permute`:
-oneDNN's Reorder over the thread pool). (Weights read through a transposed view, rather
-than copied, measured 1.3-2.3x slower on the U-Net BackwardData layers of
-benchmarks/guards.py.)
+copied into the product's order (:func:`conv_transpose`). BackwardWeights computes the
+XOI weights' (K*OC, IC), and for IOX ones in NCX where diff_dst is large beside src,
+transposing that small result; other IOX ones in their own (IC, OC*K)
+(:func:`conv_transpose_backward_weights`). The activations are laid out to match, in one
+permuting copy per side (:mod:`.permute`: oneDNN's Reorder over the thread pool). (Weights
+read through a transposed view, rather than copied, measured 1.3-2.3x slower on the U-Net
+BackwardData layers of benchmarks/guards.py.)
 """
 
 from __future__ import annotations
@@ -243,41 +244,76 @@ def conv_transpose_backward_data(
     }
 
 
+#: IOX weights in NCX are computed by rows (see :func:`conv_transpose_backward_weights`)
+#: where diff_dst has at least this many times src's elements (OC*K >= this * IC)
+ROWS_FROM = 4
+
+
 def conv_transpose_backward_weights(
     src_shape: Sequence[int], dd_shape: Sequence[int], kernel: Sequence[int], data_format: str, weights_format: str,
 ) -> dict[str, Any]:
     """The pieces of a :class:`onednn_convt.ops.Lowering` for a BackwardWeights call: one
-    MatMul over the N*P src positions whose result is the weights' memory as laid out, IOX
-    (IC, OC*K) = src^T (IC, N*P) @ frames (N*P, OC*K), XOI (K*OC, IC) = frames (K*OC, N*P) @
-    src (N*P, IC). Each (position, tap) pair reads one element of diff_dst, so the frames
-    are diff_dst permuted (no zeros: an Inf or NaN meets exactly the terms the op has). The
-    frames take one permuting copy (:mod:`.permute`); src one in NCX (none for batch 1),
-    none in NXC, where IOX reads it through a transposed view."""
+    MatMul over the N*P src positions. Each (position, tap) pair reads one element of
+    diff_dst, so the frames are diff_dst permuted (no zeros: an Inf or NaN meets exactly
+    the terms the op has). Two orientations:
+
+    - by rows: frames (taps*OC, N*P) @ src (N*P, IC), the frames' rows in the weights'
+      order: (K*OC) for XOI, whose memory the result is; (OC*K) for IOX, whose (IC, OC*K)
+      memory is the result transposed by a finishing copy (the weights: small). The frames'
+      copy keeps each (channel, tap) plane of diff_dst together; src is copied to (N*P, IC)
+      in NCX (where IC and P both exceed 1), never in NXC.
+    - by columns, for IOX weights in NXC, and in NCX where diff_dst has fewer than
+      :data:`ROWS_FROM` times src's elements: src^T (IC, N*P) @ frames (N*P, OC*K), the
+      result the weights' memory; src read through a transposed view in NXC, as stored in
+      NCX at batch 1 (else copied whole planes at a time); the frames' copy puts the taps
+      innermost, reading one element from each channel's plane in turn.
+
+    Why by rows for IOX in NCX at all: there the frames' copy by columns is slow, the more
+    so where the planes lie a multiple of 4 KiB apart (each read evicts a line the next
+    rows need): on an AMD Zen4 (2 threads, medians of 11) 0.55-0.83 ns an element in bf16
+    with 128x128 and 192x192 planes, 0.18-0.31 without, against 0.09-0.21 by rows. By rows
+    src takes a transposing copy instead, so the trade follows the two sizes. Over 30
+    random k2 s2 layers (batch 1-16, 16-512 channels, 2-D and 3-D, f32 and bf16; rows'
+    time / columns', geomean and range): 0.62 (0.45-0.97) where diff_dst had 8 or more
+    times src's elements, 0.92 (0.61-1.10) at 4-8 times, 1.27 (0.95-1.81) below; on 25
+    more drawn to check, 0.89 (0.65-1.23) over the configurations sent by rows. U-Net's
+    k2 s2 layer of the models suite (4x128x64x64, twice src's elements) ran 0.80-0.87x by
+    rows, an exception to its class: it keeps columns with it."""
     ncx, iox = data_format == "NCX", weights_format == "IOX"
     n, ic, xs = shapes.split_activation(src_shape, data_format)
     oc = dd_shape[1] if ncx else dd_shape[-1]
     r, p, k = len(kernel), math.prod(xs), math.prod(kernel)
     split = _split_shape(n, oc, xs, kernel, ncx)
     nn, c, x_axes, k_axes = _axes(r, ncx)
-    frames = (nn, *x_axes, c, *k_axes) if iox else (*k_axes, c, nn, *x_axes)
-    # NCX src is copied where its memory is not already the matrix the product reads
-    moved_src = ncx and (n > 1 if iox else ic > 1 and p > 1)
+    by_columns = iox and (not ncx or oc * k < ROWS_FROM * ic)
+    if by_columns:
+        frames = (nn, *x_axes, c, *k_axes)
+        moved_src = ncx and n > 1
+    else:
+        frames = (c, *k_axes, nn, *x_axes) if iox else (*k_axes, c, nn, *x_axes)  # rows in the weights' order
+        moved_src = ncx and ic > 1 and p > 1
 
     def prepare(args: list[np.ndarray]) -> list[np.ndarray]:
         src, dd = args[0], args[1]
         f = permuted(dd, split, frames)
-        if iox:  # src^T (IC, N*P) @ frames (N*P, OC*K)
+        if by_columns:  # src^T (IC, N*P) @ frames (N*P, OC*K)
             if not ncx:
                 rows = src.reshape(n * p, ic).T
             else:
                 rows = permuted(src, (n, ic, p), (1, 0, 2)) if moved_src else src
             return [rows.reshape(ic, n * p), f.reshape(n * p, oc * k)]
         cols = permuted(src, (n, ic, p), (0, 2, 1)) if moved_src else src
-        return [f.reshape(k * oc, n * p), cols.reshape(n * p, ic)]  # frames (K*OC, N*P) @ src (N*P, IC)
+        return [f.reshape(k * oc, n * p), cols.reshape(n * p, ic)]  # frames (taps*OC, N*P) @ src (N*P, IC)
 
+    def finish(out: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:  # by rows, IOX: (OC*K, IC) -> (IC, OC*K)
+        return permuted(out, out.shape, (1, 0)).reshape(ic, oc, *kernel)
+
+    transposed = iox and not by_columns
     return {
         "attrs": {},
         "prepare": prepare,
-        "library_shape": (ic, oc * k) if iox else (k * oc, ic),
+        **({"finish": finish} if transposed else {}),
+        "library_shape": (ic, oc * k) if by_columns else (k * oc, ic),
         "prepared_elems": n * p * oc * k + (n * p * ic if moved_src else 0),  # the frames, src moved
+        "finish_elems": k * oc * ic if transposed else 0,  # the transposed weights
     }
