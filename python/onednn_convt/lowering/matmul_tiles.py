@@ -276,9 +276,12 @@ def conv_transpose_backward_weights(
     random k2 s2 layers (batch 1-16, 16-512 channels, 2-D and 3-D, f32 and bf16; rows'
     time / columns', geomean and range): 0.62 (0.45-0.97) where diff_dst had 8 or more
     times src's elements, 0.92 (0.61-1.10) at 4-8 times, 1.27 (0.95-1.81) below; on 25
-    more drawn to check, 0.89 (0.65-1.23) over the configurations sent by rows. U-Net's
-    k2 s2 layer of the models suite (4x128x64x64, twice src's elements) ran 0.80-0.87x by
-    rows, an exception to its class: it keeps columns with it."""
+    more drawn to check, 0.89 (0.65-1.23) over the configurations sent by rows; 30 more
+    (``benchmarks/tiles_orientation.py --seed 3``): 0.69, 0.92 and 1.16. U-Net's k2 s2
+    layer of the models suite (4x128x64x64, twice src's elements) ran 0.80-0.87x by rows,
+    an exception to its class: it keeps columns with it. In NXC, where columns read src
+    through a transposed view, rows took 0.85-1.55x the time on seven k2 s2 layers (the
+    suites' and ERFNet's, f32 and bf16; 1.0-1.2x on most): IOX stays by columns there."""
     ncx, iox = data_format == "NCX", weights_format == "IOX"
     n, ic, xs = shapes.split_activation(src_shape, data_format)
     oc = dd_shape[1] if ncx else dd_shape[-1]
