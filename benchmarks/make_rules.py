@@ -8,7 +8,9 @@ over the runs, the higher of two, the middle of three; a
 configuration tuned again after a change to the code, in ``--remeasured`` runs, chooses for
 problems by its new records and for polyphase phases by its earlier ones, so that a re-tune
 moves no phase (``--retuned-phases``: by its new ones for both, as the Zen3 and Zen5 tables
-were made and benchmarked); where the tuner timed a rival of the rules' choice a second time, the
+were made and benchmarked); a ``--supersede`` run is a ``--remeasured`` one made after a
+candidate's own code changed, whose records drop the earlier ``--remeasured`` records of
+the same configurations rather than merge with them; where the tuner timed a rival of the rules' choice a second time, the
 record's ``confirm_us``, those two candidates count that second timing)::
 
     onednn-convt tune --suite models --skip-slow --retune --json benchmarks/results/zen5/tune_models.json
@@ -269,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="a run that tuned configurations again after a change to the code: its records "
                              "replace those of the same configurations in the other runs, which still choose "
                              "polyphase phases (repeat for more; several of them merge as --repeats)")
+    parser.add_argument("--supersede", type=Path, action="append", default=[], metavar="RUN",
+                        help="a --remeasured run made after a candidate's own code changed: its records also "
+                             "drop those of the same configurations in the earlier --remeasured runs, which "
+                             "timed that candidate as it was (repeat for more; they merge as --repeats)")
     parser.add_argument("--retuned-phases", action="store_true",
                         help="the --remeasured runs' records choose polyphase phases too, and the records they "
                              "replace are dropped (as the Zen3 and Zen5 tables were made, and benchmarked: there "
@@ -301,8 +307,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out / 'default.json'}: {len(doc['rules'])} rules from {len(native)} tables")
         return 0
     groups: dict[tuple[str, str], dict[str, Any]] = {}
+    args.remeasured = [*args.remeasured, *args.supersede]
     runs = [(path, json.loads(path.read_text(encoding="utf-8"))) for path in [*args.runs, *args.remeasured]]
     remeasured = {r["key"] for path, run in runs[len(args.runs):] for r in run["records"]}
+    superseded = {r["key"] for path, run in runs if path in args.supersede for r in run["records"]}
+    for path, run in runs:  # earlier re-tunes of those configurations timed the old code
+        if path in args.remeasured and path not in args.supersede:
+            run["records"] = [r for r in run["records"] if r["key"] not in superseded]
     for path, run in runs:
         replaced = []
         if path not in args.remeasured:  # the records they replace choose phases alone

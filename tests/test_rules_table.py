@@ -557,6 +557,19 @@ def test_the_generator_merges_the_runs_of_one_isa_class(tmp_path, capsys):
     assert [m.layer for m in table.call_layers] == ["models/dcgan1", "tiny/tiny"]
     assert table.call_layers[0].ratios == {"A": 3.0, "B": 1.0}
     assert table.provenance["sources"][-2:] == [new, new2]
+    # a run made after B's own code changed again supersedes the earlier re-tunes of its
+    # configurations (they timed the old B) rather than merging with them; it still merges
+    # with the runs that supersede alongside it
+    newer = run("newer.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 2.0, "B": 0.25})])
+    newer2 = run("newer2.json", [_record("fwd", "f32", "NCX", "dcgan1", {"A": 2.0, "B": 0.25})])
+    assert make_rules().main([models, again, tiny, "--repeats", "--remeasured", new, "--remeasured", new2,
+                              "--supersede", newer, "--supersede", newer2, "--out", str(out), "--cpu", "zen9"]) == 0
+    table = rules_table.read(out / "zen9-avx2.json")
+    assert [(m.layer, m.ratios, m.calls, m.phases) for m in table.layers] == [
+        ("models/dcgan1", {"A": 8.0, "B": 1.0}, True, False),  # merged with new and new2: A 4.0
+        ("models/dcgan1", {"A": 1.5, "B": 1.0, "C": 2.0}, False, True),
+        ("tiny/tiny", {"A": 2.0, "B": 1.0}, True, True)]
+    assert table.provenance["sources"][-2:] == [newer, newer2]
     # --retuned-phases: the new records choose phases too, the earlier ones are dropped (the
     # Zen3 and Zen5 tables were made so)
     assert make_rules().main([models, again, tiny, "--repeats", "--remeasured", new, "--remeasured", new2,
