@@ -264,12 +264,12 @@ def conv_transpose_backward_weights(
       copy keeps each (channel, tap) plane of diff_dst together; src is copied to (N*P, IC)
       in NCX (where IC and P both exceed 1), never in NXC.
     - by columns, for IOX weights in NXC, and in NCX where diff_dst has fewer than
-      :data:`ROWS_FROM` times src's elements or src one position (its frames are diff_dst
-      as stored; by rows DCGAN's z layer took 1.6-1.8x the time): src^T (IC, N*P) @
-      frames (N*P, OC*K), the
-      result the weights' memory; src read through a transposed view in NXC, as stored in
-      NCX at batch 1 (else copied whole planes at a time); the frames' copy puts the taps
-      innermost, reading one element from each channel's plane in turn.
+      :data:`ROWS_FROM` times src's elements or src one position: src^T (IC, N*P) @
+      frames (N*P, OC*K), the result the weights' memory; src read through a transposed
+      view in NXC, as stored in NCX at batch 1 (else copied whole planes at a time); the
+      frames' copy puts the taps innermost, reading one element from each channel's plane
+      in turn (with one src position, the frames are diff_dst as stored: by rows DCGAN's
+      z layer took 1.6-1.8x the time).
 
     Why by rows for IOX in NCX at all: there the frames' copy by columns is slow, the more
     so where the planes lie a multiple of 4 KiB apart (each read evicts a line the next
