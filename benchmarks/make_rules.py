@@ -10,8 +10,9 @@ problems by its new records and for polyphase phases by its earlier ones, so tha
 moves no phase (``--retuned-phases``: by its new ones for both, as the Zen3 and Zen5 tables
 were made and benchmarked); a ``--supersede`` run is a ``--remeasured`` one made after a
 candidate's own code changed, whose records drop the earlier ``--remeasured`` records of
-the same configurations rather than merge with them; where the tuner timed a rival of the rules' choice a second time, the
-record's ``confirm_us``, those two candidates count that second timing)::
+the same configurations rather than merge with them; where the tuner timed a rival of the
+rules' choice a second time, the record's ``confirm_us``, those two candidates count that
+second timing)::
 
     onednn-convt tune --suite models --skip-slow --retune --json benchmarks/results/zen5/tune_models.json
     onednn-convt tune --suite broad-fit --retune --json benchmarks/results/zen5/tune_broad_fit.json

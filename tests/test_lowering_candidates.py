@@ -196,25 +196,23 @@ def test_the_ncx_tiles_forward_copies_iox_weights_unless_that_saves_nothing(code
 
 
 @pytest.mark.parametrize("code", ["f32", "bf16", "f16"])
-@pytest.mark.parametrize(("data_format", "weights_format", "ic", "oc_", "by_rows"), [
-    ("NCX", "IOX", 3, 5, True),  # diff_dst 4*5/3 = 6.7x src's elements: by rows, transposed after
-    ("NCX", "IOX", 5, 4, False),  # 16/5 = 3.2x: by columns, the weights' own memory
-    ("NCX", "XOI", 5, 4, True),  # XOI: by rows, its own memory
-    ("NXC", "IOX", 3, 5, False),  # NXC: IOX by columns (src through a transposed view)
-    ("NXC", "XOI", 3, 5, True),
-    ("NCX", "IOX", 3, 5, None),  # one src position (src (1, 1)): by columns, whatever the sizes
+@pytest.mark.parametrize(("data_format", "weights_format", "src", "ic", "oc_", "by_rows"), [
+    ("NCX", "IOX", (3, 4), 3, 5, True),  # diff_dst 4*5/3 = 6.7x src's elements: by rows, transposed after
+    ("NCX", "IOX", (3, 4), 5, 4, False),  # 16/5 = 3.2x: by columns, the weights' own memory
+    ("NCX", "IOX", (1, 1), 3, 5, False),  # one src position: by columns, whatever the sizes
+    ("NCX", "XOI", (3, 4), 5, 4, True),  # XOI: by rows, its own memory
+    ("NXC", "IOX", (3, 4), 3, 5, False),  # NXC: IOX by columns (src through a transposed view)
+    ("NXC", "XOI", (3, 4), 3, 5, True),
 ])
-def test_the_tiles_backward_weights_orientation(code, data_format, weights_format, ic, oc_, by_rows):
+def test_the_tiles_backward_weights_orientation(code, data_format, weights_format, src, ic, oc_, by_rows):
     """The tiles BackwardWeights multiplies frames (taps*OC, N*P) @ src (N*P, IC) (by rows),
-    but for IOX weights in NXC, and in NCX where diff_dst has fewer than ROWS_FROM times
-    src's elements or src one position, src^T (IC, N*P) @ frames (N*P, OC*K) (by columns). Both give the
-    reference's weights, C-contiguous, into ``out`` too."""
-    one = by_rows is None
-    cfg = Config(src=(1, 1) if one else (3, 4), kernel=(2, 2), strides=2, n=2, ic=ic, oc=oc_,
-                 data_format=data_format, weights_format=weights_format)
-    by_rows = bool(by_rows)
-    if (data_format, weights_format) == ("NCX", "IOX"):  # the cases stand on each side of the threshold
-        assert (oc_ * 4 >= matmul_tiles.ROWS_FROM * ic) == (by_rows or one)
+    but src^T (IC, N*P) @ frames (N*P, OC*K) (by columns) for IOX weights in NXC, and in NCX
+    where diff_dst has fewer than ROWS_FROM times src's elements or src one position. Both
+    give the reference's weights, C-contiguous, into ``out`` too."""
+    if (data_format, weights_format, src) == ("NCX", "IOX", (3, 4)):  # the cases stand on each side
+        assert (oc_ * 4 >= matmul_tiles.ROWS_FROM * ic) == by_rows
+    cfg = Config(src=src, kernel=(2, 2), strides=2, n=2, ic=ic, oc=oc_, data_format=data_format,
+                 weights_format=weights_format)
     arrays = inputs_of(BWD_W, cfg.tensors(np.random.default_rng(3), code), cfg)
     given = call_arrays(BWD_W, cfg, arrays)
     instance = op_of(BWD_W, cfg)
