@@ -274,7 +274,7 @@ def conv_transpose_backward_weights(
     Why by rows for IOX in NCX at all: there the frames' copy by columns is slow, the more
     so where the planes lie a multiple of 4 KiB apart (each read evicts a line the next
     rows need): on an AMD Zen4 (2 threads, medians of 11) 0.55-0.83 ns an element in bf16
-    with 128x128 and 192x192 planes, 0.18-0.31 without, against 0.09-0.21 by rows. By rows
+    with 128x128 and 192x192 planes, 0.10-0.31 without, against 0.09-0.21 by rows. By rows
     src takes a transposing copy instead, so the trade follows the two sizes. Over 30
     random k2 s2 layers (batch 1-16, 16-512 channels, 2-D and 3-D, f32 and bf16; rows'
     time / columns', geomean and range): 0.62 (0.45-0.97) where diff_dst had 8 or more
