@@ -9,9 +9,10 @@ them with diff_dst planes a multiple of 1024 elements, whose copy by columns evi
 lines) and runs each ConvTransposeBackwardWeights call (NCX, IOX weights) as the tiles MatMul
 both ways (:func:`onednn_convt.lowering.matmul_tiles.conv_transpose_backward_weights`):
 by rows, frames (OC*K, N*P) @ src (N*P, IC) then the result transposed; by columns,
-src^T (IC, N*P) @ frames (N*P, OC*K). The two results must agree to the dtype's rounding;
-then the two are timed in alternation, nine rounds of each, each round two calls, the
-median per call kept. Prints each configuration with diff_dst's size over src's (the
+src^T (IC, N*P) @ frames (N*P, OC*K). The two results must agree within twice the dtype's
+tolerance (else the configuration is listed as WRONG and the exit status is 1); then the
+two are timed in alternation, nine rounds of each, each round two calls, the median per call
+kept. Prints each configuration with diff_dst's size over src's (the
 threshold's measure, ``ROWS_FROM``), the times and rows/columns, and the geometric mean of
 the ratios in three bands of that measure.
 """
@@ -22,13 +23,13 @@ import argparse
 import json
 import math
 import statistics
-import time
 from typing import Any, Callable
 
 import numpy as np
+from lowering_ab import _per_call_ms  # the sibling script's timer (this folder is on sys.path when run)
 
 import onednn_convt as oc
-from onednn_convt import cpu, dtypes, lowering
+from onednn_convt import accuracy, cpu, dtypes, lowering
 from onednn_convt.lowering import base, matmul_tiles
 
 BANDS = ((8.0, math.inf), (4.0, 8.0), (0.0, 4.0))
@@ -58,15 +59,12 @@ def _layer(rng: np.random.Generator) -> tuple[int, int, int, tuple[int, ...]]:
 
 
 def _median_ms(f: Callable[[], Any], g: Callable[[], Any]) -> tuple[float, float]:
-    """Medians per call of ``f`` and ``g``, timed in alternation."""
+    """Medians per call (ms) of ``f`` and ``g``, timed in alternation, two calls a round."""
     tf, tg = [], []
     for _ in range(9):
-        for fn, times in ((f, tf), (g, tg)):
-            start = time.perf_counter()
-            fn()
-            fn()
-            times.append((time.perf_counter() - start) / 2)
-    return statistics.median(tf) * 1e3, statistics.median(tg) * 1e3
+        tf.append(_per_call_ms(f, 2))
+        tg.append(_per_call_ms(g, 2))
+    return statistics.median(tf), statistics.median(tg)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     lowering.rule = lambda p, native=False, phase=False: base.TILES  # type: ignore[assignment]
     rng = np.random.default_rng(args.seed)
     rows: list[dict[str, Any]] = []
+    wrong: list[str] = []
     print(f"CPU: {cpu.detect().name}")
     try:
         for _ in range(args.layers):
@@ -98,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
                     ops[form] = oc.ConvTransposeBackwardWeights(**attrs)
                     ops[form](src, dd)
                 matmul_tiles.ROWS_FROM = ROWS_FROM
-                got = {form: op(src, dd).astype(np.float64) for form, op in ops.items()}
-                diff = float(np.abs(got["rows"] - got["columns"]).max() / max(1.0, np.abs(got["columns"]).max()))
+                got = {form: op(src, dd) for form, op in ops.items()}
+                diff = accuracy.relative_error(got["rows"], got["columns"])
+                # each form within tolerance of the exact sum: the two within twice it
+                bad = not diff <= 2 * accuracy.tolerance(code, n * math.prod(sp))
+                if bad:
+                    wrong.append(f"N={n} {ic}->{oc_} {sp} {code}: the forms differ by {diff:.1e}")
                 rows_ms, cols_ms = _median_ms(lambda: ops["rows"](src, dd), lambda: ops["columns"](src, dd))
                 ratio = oc_ * k / ic
                 row = dict(n=n, ic=ic, oc=oc_, spatial=list(sp), dtype=code, dd_over_src=ratio,
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(f"N={n:<2} {ic:>3}->{oc_:<3} {'x'.join(map(str, sp)):>10} {code:4} dd/src {ratio:5.2f}"
                       f"  rows {rows_ms:8.3f} ms  columns {cols_ms:8.3f} ms  rows/columns {rows_ms / cols_ms:.2f}"
-                      f"  (results differ by {diff:.1e})", flush=True)
+                      f"  (results differ by {diff:.1e}){'  WRONG' if bad else ''}", flush=True)
     finally:
         lowering.rule = rules_choice  # type: ignore[assignment]
         matmul_tiles.ROWS_FROM = ROWS_FROM
@@ -121,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"cpu": cpu.detect().name, "seed": args.seed, "rows": rows}, f, indent=1)
-    return 0
+    for line in wrong:
+        print(f"WRONG: {line}")
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
