@@ -83,3 +83,33 @@ def test_only_strided_2d_3d_ungrouped_calls_with_few_output_channels_have_it():
     assert not matmul_columns.applies((4, 4), (2, 2), (1, 1), 1, matmul_columns.MAX_OC + 1)
     assert matmul_columns.applies((8, 8), (2, 2), (1, 1), 1, 1)  # 16 slices
     assert not matmul_columns.applies((8, 8, 8), (2, 2, 2), (1, 1, 1), 1, 1)  # 64 slices
+
+
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("fmt,wf", [("NCX", "IOX"), ("NXC", "XOI"), ("NXC", "IOX")])
+@pytest.mark.parametrize("geometry", [dict(kernel=4, strides=2, pads=1, opad=0), dict(kernel=3, strides=2, pads=1, opad=1)])
+def test_calls_large_enough_for_the_library_permutes_match_the_reference(monkeypatch, code, fmt, wf, geometry):
+    """An RGB output layer's size: the permuting copies after the sum (the phases into rows,
+    NXC's channels moved last) run as oneDNN Reorders, not NumPy's fallback, and the result
+    is the reference's, the pads cropped and output_padding's row added."""
+    from onednn_convt.lowering import permute
+
+    def no_fallback(*args, **kwargs):
+        raise AssertionError("a permute fell back to NumPy")
+
+    monkeypatch.setattr(permute, "_numpy_permuted", no_fallback)
+    rng = np.random.default_rng(5)
+    dtype = oc.dtypes.FLOAT_DTYPES[code]
+    k, s, p, opad = geometry["kernel"], geometry["strides"], geometry["pads"], geometry["opad"]
+    x = rng.standard_normal((2, 8, 64, 64) if fmt == "NCX" else (2, 64, 64, 8)).astype(dtype)
+    w = rng.standard_normal((8, 3, k, k) if wf == "IOX" else (k, k, 3, 8)).astype(dtype)
+    b = rng.standard_normal(3).astype(np.float32)
+    attrs = dict(strides=s, pads_begin=p, pads_end=p, output_padding=opad, data_format=fmt, weights_format=wf)
+    op = oc.ConvTranspose(**attrs)
+    problem = op._problem([x, w, b], code)
+    assert base.COLUMNS in lowering.candidates(problem)
+    got = op._target().plan(lowering.build(problem, base.COLUMNS), [x, w, b], None, code).run([x, w, b], None)
+    want = reference.conv_transpose(*(np.asarray(a, np.float64) for a in (x, w, b)), **attrs)
+    assert got.dtype == x.dtype and got.shape == want.shape
+    assert got.size >= permute.MIN_ELEMS  # the size the library permutes
+    assert_close(got, want, code, 8 * k * k, f"{attrs}")
