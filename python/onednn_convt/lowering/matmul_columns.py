@@ -21,8 +21,9 @@ channels moved last) are oneDNN Reorders (:mod:`.permute`). Before, NXC's column
 as (N, L, OC*K') and the sum ran over runs of OC*s_d elements (6 for three channels at
 stride 2), element by element in NumPy: on an AMD Zen4 (2 threads, medians of 10-call
 batches in alternated processes) DCGAN's 16x64x32x32 -> 3 channels k4 s2 forward took
-2.6-3.9 ms in NXC f32 (now 1.9-2.5), 2.3-3.7 in NXC bf16 (now 1.4-2.3), 2.2-2.8 in NCX f32
-(now 1.6-2.4); FSRCNN's x3 layer in NXC f32 9.2-10.7 ms (now 4.6-5.7).
+2.6-3.9 ms in NXC f32 (now 1.9-2.5), 2.3-3.7 in NXC bf16 (now 1.4-2.3); FSRCNN's x3 layer
+in NXC f32 9.2-10.7 ms (now 4.6-5.7). NCX, where only the rows' copy changed, measured the
+same within the host's noise.
 """
 
 from __future__ import annotations
@@ -88,8 +89,7 @@ def conv_transpose(src_shape: Sequence[int], kernel: Sequence[int], strides: Seq
 
     def finish(cols: np.ndarray, arrays: Sequence[Any]) -> np.ndarray:
         c = cols.astype(np.float32, copy=False)
-        # blocks: (N, OC, r_1, s_1, ..., r_d, s_d, L_1, ..., L_d) in NCX; NXC's
-        # (N, L..., OC, r_1, s_1, ...) is viewed in that order
+        # blocks: (N, OC, r_1, s_1, ..., r_d, s_d, L_1, ..., L_d), in both layouts
         split = tuple(x for q, s in zip(r, strides) for x in (q, s))
         blocks = c.reshape(n, oc, *split, *spatial)
         for i, (k, p) in enumerate(zip(kernel, padded)):
