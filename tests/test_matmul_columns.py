@@ -113,3 +113,23 @@ def test_calls_large_enough_for_the_library_permutes_match_the_reference(monkeyp
     assert got.dtype == x.dtype and got.shape == want.shape
     assert got.size >= permute.MIN_ELEMS  # the size the library permutes
     assert_close(got, want, code, 8 * k * k, f"{attrs}")
+
+
+@pytest.mark.parametrize("fmt,wf", [("NCX", "IOX"), ("NXC", "XOI"), ("NXC", "IOX")])
+def test_constant_weights_give_the_bits_of_weights_given_per_call(monkeypatch, fmt, wf):
+    """``with_constant_weights`` marks the taps, the MatMul's first input in both layouts,
+    constant: the same bits as the weights passed on each call, call after call."""
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.COLUMNS)
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((6, 3, 4, 4) if wf == "IOX" else (4, 4, 3, 6)).astype(np.float32)
+    attrs = dict(strides=2, pads_begin=1, pads_end=1, data_format=fmt, weights_format=wf)
+    plain = oc.ConvTranspose(**attrs)
+    bound = oc.ConvTranspose(**attrs).with_constant_weights(w)
+    for _ in range(3):  # a new src each call: only the weights may be held
+        x = rng.standard_normal((2, 6, 20, 20) if fmt == "NCX" else (2, 20, 20, 6)).astype(np.float32)
+        expected = plain(x, w)
+        np.testing.assert_array_equal(bound(x).view(np.uint32), expected.view(np.uint32))
+        want = reference.conv_transpose(x.astype(np.float64), w.astype(np.float64), **attrs)
+        assert_close(expected, want, "f32", 6 * 16, fmt)
+    assert plain.lowering == bound.lowering == "MatMul"
+    assert bound.op.last_plan.compiled.constant_inputs == [0]
