@@ -98,14 +98,20 @@ def conv_transpose(src_shape: Sequence[int], kernel: Sequence[int], strides: Seq
                 last[2 + 2 * i] = r[i] - 1
                 last[3 + 2 * i] = slice(k - (r[i] - 1) * strides[i], None)
                 blocks[tuple(last)] = 0
-        # full (N, OC, s_1, ..., s_d, M_1, ..., M_d), M_i = L_i + r_i - 1: each q adds a slice
-        full = memory.zeros((n, oc, *strides, *(length + q - 1 for length, q in zip(spatial, r))), np.float32)
+        # full (N, OC, s_1, ..., s_d, M_1, ..., M_d), M_i = L_i + r_i - 1: each q adds a slice;
+        # the first (q = 0) is copied in and only the rest of full zeroed, one pass fewer
+        full = memory.empty((n, oc, *strides, *(length + q - 1 for length, q in zip(spatial, r))), np.float32)
+        lead = (slice(None),) * (2 + d)
+        for i in range(d):  # past the first slice along dim i (within it along the dims before)
+            full[(*lead, *(slice(0, length) for length in spatial[:i]), slice(spatial[i], None))] = 0
         with np.errstate(invalid="ignore", over="ignore"):  # Inf/NaN data: no warnings, as natively
             for q in itertools.product(*(range(x) for x in r)):
-                index = (slice(None), slice(None), *(slice(None),) * d,
-                         *(slice(qi, qi + length) for qi, length in zip(q, spatial)))
+                index = (*lead, *(slice(qi, qi + length) for qi, length in zip(q, spatial)))
                 piece = blocks[(slice(None), slice(None), *(x for qi in q for x in (qi, slice(None))))]
-                full[index] += piece
+                if any(q):
+                    full[index] += piece
+                else:
+                    full[index] = piece
         # rows (N, OC, M_1, s_1, ..., M_d, s_d) -> the full output, then the pads cropped
         order = (0, 1, *(x for i in range(d) for x in (2 + d + i, 2 + i)))
         rows = permute.permuted(full, full.shape, order)
