@@ -42,47 +42,28 @@ done
 # records choose for calls, the records they replace for polyphase phases: a re-tune moves no
 # phase (make_rules.py).
 Z4=$R/zen4
+# FLAG, then each name's three re-tune passes (tune_NAME_remeasured, _again, _third), pass by pass
+passes() {
+    flag=$1; shift
+    for pass in "" _again _third; do
+        for name in "$@"; do
+            printf ' %s %s' "$flag" "$Z4/tune_${name}_remeasured$pass.json"
+        done
+    done
+}
 $MAKE --repeats $Z4/tune_models.json $Z4/tune_models_again.json $Z4/tune_models_third.json \
     $Z4/tune_broad_fit.json $Z4/tune_broad_fit_again.json $Z4/tune_broad_fit_third.json \
     $Z4/tune_broad_fit_added.json $Z4/tune_broad_fit_added_again.json \
     $Z4/tune_broad_holdout.json $Z4/tune_broad_holdout_again.json $Z4/tune_broad_holdout_third.json \
     $Z4/tune_tiny.json $Z4/tune_tiny_again.json $Z4/tune_tiny_third.json \
     $Z4/tune_broad_fit_b16.json $Z4/tune_broad_fit_b16_again.json $Z4/tune_broad_fit_b16_third.json \
-    --remeasured $Z4/tune_fit_newcands_remeasured.json --remeasured $Z4/tune_fit_newcands_remeasured_again.json \
-    --remeasured $Z4/tune_fit_newcands_remeasured_third.json --remeasured $Z4/tune_grouped32_remeasured.json \
-    --remeasured $Z4/tune_grouped32_remeasured_again.json --remeasured $Z4/tune_grouped32_remeasured_third.json \
-    --remeasured $Z4/tune_grouped8_remeasured.json --remeasured $Z4/tune_grouped8_remeasured_again.json \
-    --remeasured $Z4/tune_grouped8_remeasured_third.json --remeasured $Z4/tune_holdout_newcands_remeasured.json \
-    --remeasured $Z4/tune_holdout_newcands_remeasured_again.json --remeasured $Z4/tune_holdout_newcands_remeasured_third.json \
-    --remeasured $Z4/tune_tiles_models_remeasured.json --remeasured $Z4/tune_tiles_fit_remeasured.json \
-    --remeasured $Z4/tune_tiles_holdout_remeasured.json --remeasured $Z4/tune_tiles_models_remeasured_again.json \
-    --remeasured $Z4/tune_tiles_fit_remeasured_again.json --remeasured $Z4/tune_tiles_holdout_remeasured_again.json \
-    --remeasured $Z4/tune_tiles_models_remeasured_third.json --remeasured $Z4/tune_tiles_fit_remeasured_third.json \
-    --remeasured $Z4/tune_tiles_holdout_remeasured_third.json \
-    --remeasured $Z4/tune_tilesfwd_models_remeasured.json --remeasured $Z4/tune_tilesfwd_fit_remeasured.json \
-    --remeasured $Z4/tune_tilesfwd_holdout_remeasured.json --remeasured $Z4/tune_tilesfwd_models_remeasured_again.json \
-    --remeasured $Z4/tune_tilesfwd_fit_remeasured_again.json --remeasured $Z4/tune_tilesfwd_holdout_remeasured_again.json \
-    --remeasured $Z4/tune_tilesfwd_models_remeasured_third.json --remeasured $Z4/tune_tilesfwd_fit_remeasured_third.json \
-    --remeasured $Z4/tune_tilesfwd_holdout_remeasured_third.json \
-    --remeasured $Z4/tune_columns_fit_remeasured.json --remeasured $Z4/tune_columns_holdout_remeasured.json \
-    --remeasured $Z4/tune_columns_fit_remeasured_again.json --remeasured $Z4/tune_columns_holdout_remeasured_again.json \
-    --remeasured $Z4/tune_columns_fit_remeasured_third.json --remeasured $Z4/tune_columns_holdout_remeasured_third.json \
-    --remeasured $Z4/tune_fewbwd_fit_remeasured.json --remeasured $Z4/tune_fewbwd_holdout_remeasured.json \
-    --remeasured $Z4/tune_fewbwd_fit_remeasured_again.json --remeasured $Z4/tune_fewbwd_holdout_remeasured_again.json \
-    --remeasured $Z4/tune_fewbwd_fit_remeasured_third.json --remeasured $Z4/tune_fewbwd_holdout_remeasured_third.json \
-    --remeasured $Z4/tune_stargan_holdout_remeasured.json --remeasured $Z4/tune_stargan_holdout_remeasured_again.json \
-    --remeasured $Z4/tune_stargan_holdout_remeasured_third.json \
-    --remeasured $Z4/tune_s2d_fit_remeasured.json --remeasured $Z4/tune_s2d_holdout_remeasured.json \
-    --remeasured $Z4/tune_s2d_fit_remeasured_again.json --remeasured $Z4/tune_s2d_holdout_remeasured_again.json \
-    --remeasured $Z4/tune_s2d_fit_remeasured_third.json --remeasured $Z4/tune_s2d_holdout_remeasured_third.json \
-    --supersede $Z4/tune_tilesrows_models_remeasured.json --supersede $Z4/tune_tilesrows_fit_remeasured.json \
-    --supersede $Z4/tune_tilesrows_holdout_remeasured.json --supersede $Z4/tune_tilesrows_models_remeasured_again.json \
-    --supersede $Z4/tune_tilesrows_fit_remeasured_again.json --supersede $Z4/tune_tilesrows_holdout_remeasured_again.json \
-    --supersede $Z4/tune_tilesrows_models_remeasured_third.json --supersede $Z4/tune_tilesrows_fit_remeasured_third.json \
-    --supersede $Z4/tune_tilesrows_holdout_remeasured_third.json \
-    --supersede $Z4/tune_colnxc_fit_remeasured.json --supersede $Z4/tune_colnxc_holdout_remeasured.json \
-    --supersede $Z4/tune_colnxc_fit_remeasured_again.json --supersede $Z4/tune_colnxc_holdout_remeasured_again.json \
-    --supersede $Z4/tune_colnxc_fit_remeasured_third.json --supersede $Z4/tune_colnxc_holdout_remeasured_third.json \
+    $(passes --remeasured fit_newcands) $(passes --remeasured grouped32) $(passes --remeasured grouped8) \
+    $(passes --remeasured holdout_newcands) $(passes --remeasured tiles_models tiles_fit tiles_holdout) \
+    $(passes --remeasured tilesfwd_models tilesfwd_fit tilesfwd_holdout) \
+    $(passes --remeasured columns_fit columns_holdout) $(passes --remeasured fewbwd_fit fewbwd_holdout) \
+    $(passes --remeasured stargan_holdout) $(passes --remeasured s2d_fit s2d_holdout) \
+    $(passes --supersede tilesrows_models tilesrows_fit tilesrows_holdout) \
+    $(passes --supersede colnxc_fit colnxc_holdout) \
     --date 2026-11-27 \
     --note "the models suite (--skip-slow), both halves of the broad suite and the tiny suite, every dtype (f16 emulated here), on this machine, each configuration tuned three times (each candidate's middle time); the holdout half was added after the rules fitted without it had been checked on it, and DCGAN's batch-16 layers of the training step (dcgan-*-b16) later the same day; tuned again three times on 2026-11-30 (tune_*_remeasured*.json) after candidates were added: the grouped layers (grouped8-up, grouped32-up, stylegan2-up8, stylegan2-up16: Per group; a Polyphase chosen by a 6% margin on grouped32-up ran 1.3-1.7x slower than ConvTranspose) and the 2-D k16 s8 layers (centernet-ida8, fcn-up8: 64-phase Polyphase); tuned again three times on 2026-11-30 (tune_tiles_*_remeasured*.json) after MatMul (tiles) became a BackwardWeights candidate and its BackwardData wrote diff_src itself: the layers whose taps tile the output (stride = kernel), BackwardData and BackwardWeights; their NCX forwards tuned again three times on 2026-11-30 (tune_tilesfwd_*_remeasured*.json) once the tiles forward read src as stored; the forwards of the 2-D layers with at most 8 output channels (dcgan-g5, dcgan-g5-b16, pix2pix-out, fsrcnn-x2, fsrcnn-x3, lapsrn-img) tuned again three times on 2026-11-30 (tune_columns_*_remeasured*.json) once MatMul (columns) was a candidate; the BackwardData and BackwardWeights of the same six layers tuned again three times on 2026-11-30 (tune_fewbwd_*_remeasured*.json), after the held-out bench ran FSRCNN x3's f32 NXC BackwardData as ConvTransposeBackwardData at 2.1x Convolution's time (its three first passes had disagreed: 1.29x, 0.96x, 1.39x); StarGAN's up-sampler forward tuned again three times on 2026-11-30 (tune_stargan_*), after the bench ran its f32 NXC forward as a Polyphase its passes had chosen by 0.8%, at 0.79-0.86 of PyTorch's speed; the bf16 NXC BackwardData of the strided layers with at most 8 output channels (the six above, convtasnet-dec, wavegan-up5) tuned again three times on 2026-11-30 (tune_s2d_*) once Space-to-depth was a candidate, each candidate's middle time over these and the tune_fewbwd_* passes; the NCX BackwardWeights of the nine layers whose taps tile the output with diff_dst at least four times src's elements (conv3d, espnet-up2, unet3d-up, nnunet-up4, maskrcnn-mask, dssd-deconv, erfnet-out, vnet-up2, nnunet-up1) tuned again three times on 2026-12-01 (tune_tilesrows_*, superseding their tune_tiles_* records, which timed the tiles MatMul before it computed those IOX weights by rows); the forwards of the six layers with at most 8 output channels tuned again three times on 2026-12-01 (tune_colnxc_*, superseding their tune_columns_* records, which timed MatMul (columns) before NXC src was read through a transposed view and the sum's permutes ran as oneDNN Reorders); the records those re-tunes replaced choose polyphase phases alone (\"calls\": false), the re-tuned ones calls alone: a re-tune moves no phase"
 
