@@ -11,7 +11,7 @@ from helpers import assert_close
 
 import onednn_convt as oc
 from onednn_convt import lowering, reference
-from onednn_convt.lowering import base, matmul_columns
+from onednn_convt.lowering import base, matmul_columns, permute
 
 
 def _problem(rng: np.random.Generator, code: str):
@@ -92,8 +92,6 @@ def test_calls_large_enough_for_the_library_permutes_match_the_reference(monkeyp
     """An RGB output layer's size: the permuting copies after the sum (the phases into rows,
     NXC's channels moved last) run as oneDNN Reorders, not NumPy's fallback, and the result
     is the reference's, the pads cropped and output_padding's row added."""
-    from onednn_convt.lowering import permute
-
     def no_fallback(*args, **kwargs):
         raise AssertionError("a permute fell back to NumPy")
 
