@@ -40,6 +40,23 @@ class Executor:
     @property
     def dense_output(self) -> bool: ...
 
+Layout = tuple[Any, Sequence[int], Sequence[int]]  # dtype, shape, strides in bytes
+# op, sources, byte offsets, out offset, kept planes
+PhasedStep = tuple[CompiledOp, Sequence[int], Sequence[int], int, Sequence[int]]
+
+class PhasedExecutor:
+    def __init__(
+        self, steps: Sequence[PhasedStep], inputs: Sequence[Layout], output: Layout, finite_code: str = "",
+    ) -> None: ...
+    def run(self, inputs: tuple[Any, ...], out: Any) -> np.ndarray: ...
+    def run_pointers(self, inputs: Sequence[int], out: int) -> None: ...
+    @property
+    def output_shape(self) -> list[int]: ...
+    @property
+    def dense_output(self) -> bool: ...
+    @property
+    def steps(self) -> int: ...
+
 def compile(
     kind: str, attrs: dict[str, AttrValue], inputs: Sequence[TensorDesc], output: TensorDesc,
     constant: Sequence[int] = (), nodes: Sequence[NodeDesc] = (), stages: Sequence[int] = (),

@@ -52,6 +52,7 @@ _core.set_error_types(OneDNNError, UnsupportedError)
 
 # the core's entry points (documented in _core.pyi)
 Executor = _core.Executor
+PhasedExecutor = _core.PhasedExecutor
 SignatureMismatch = _core.SignatureMismatch
 compile = _core.compile  # noqa: A001 - the core's name
 convert = _core.convert

@@ -12,6 +12,7 @@ the library compiles natively on this CPU.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -410,13 +411,15 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         inner = replace(lowering, prepare=None, finish=None, library_shape=(), out_shape=lowering.library_out_shape)
         nxc = replace(target, bias_format="NXC" if target.bias_format else None)
         written = out if lowering.finish is None else None  # a weights gradient, as the call's
-        return replace(_phased_plan(nxc, inner, lowering.prepare(list(arrays)), written, code), lowering=lowering)
+        # (its executor, if any, would skip the reorders: none)
+        return replace(_phased_plan(nxc, inner, lowering.prepare(list(arrays)), written, code), lowering=lowering,
+                       executor=None)
     if lowering.f32_only and code != "f32":
         _check_addressable(target, lowering)
         limits.check_memory(target.op_name, lowering, arrays, out, dtype, emulated=True)
         # placeholders laid out as run's copies are (zeros: pages untouched until written)
         f32 = [np.zeros(a.shape, np.float32) if _low_precision(a) else a for a in arrays]
-        return replace(_phased_plan(target, lowering, f32, None, "f32"), dtype=dtype, emulated=True)
+        return replace(_phased_plan(target, lowering, f32, None, "f32"), dtype=dtype, emulated=True, executor=None)
     phase_args = [None if phase.lowering is None else phase.args(arrays) for phase in lowering.phases]
     staged = out is not None and _staged(lowering, out)
     if out is None or staged:
@@ -443,8 +446,73 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         bias_axis = 1 if target.bias_format == "NCX" else len(lowering.out_shape) - 1
         if lowering.bias_stage:
             bias_add = _bias_add(target.bias_format, lowering.out_shape, code)
-    return PhasedPlan(lowering, dtype, plans, bias_axis, bias_add=bias_add, staged=staged,
+    plan = PhasedPlan(lowering, dtype, plans, bias_axis, bias_add=bias_add, staged=staged,
                       sums=sums if any(sums) else [])
+    plan.executor = _phased_executor(plan, arrays, result, code)
+    return plan
+
+
+def _phased_executor(plan: PhasedPlan, arrays: Sequence[Any], result: np.ndarray, code: str) -> Any:
+    """The C++ executor of a phased plan (``native.PhasedExecutor``): each phase's compiled
+    op with the byte offsets of its views in the call's arrays and in the result, run in
+    turn with no Python between them (a sum's kept planes, ``Phase.zero``, saved and put
+    back there too). None where a phase needs more than its op: a fill (a bias, zeros), a
+    part NumPy adds, a copy of a view, a prepare or finishing step, or a bias; and for an emulated plan, which
+    converts its inputs first.
+
+    Measured on an AMD Zen4 (2 threads, f32 NXC BackwardData of 3-D depthwise layers as
+    depth taps): Python took 8-20 us per phase around the library's own calls, 18-29% of
+    the call (t21r00, 12 ops: 325 us against 231 us of library calls)."""
+    low = plan.lowering
+    if plan.emulated or low.prepare is not None or low.finish is not None or plan.staged or \
+            plan.bias_axis is not None or plan.bias_add is not None:
+        return None
+    calls = list(itertools.takewhile(lambda a: isinstance(a, np.ndarray), arrays))
+    if any(isinstance(a, np.ndarray) for a in arrays[len(calls):]) or \
+            not all(_plain_layout(a) for a in [*calls, result]):
+        return None
+    guarded = False
+    steps = []
+    for i, (phase, sub) in enumerate(zip(low.phases, plan.plans)):
+        if phase.fill is not None or not isinstance(sub, Plan) or not sub.direct or sub.fixers:
+            return None
+        inner = sub.lowering
+        if inner.prepare is not None or inner.library_shape or inner.bias_stage or inner.host_bias is not None:
+            return None
+        guarded = guarded or sub.make_fallback is not None
+        args = sub.library_inputs(phase.args(arrays))
+        sources = [phase.inputs[j][0] for j in inner.inputs]
+        view = base.window(result, phase.out)
+        if phase.accumulate:  # the library adds the op's result to the window
+            adds = plan.sums[i] if plan.sums else None
+            if adds is None:
+                return None
+            compiled, args, sources = adds.compiled, [*args, view], [*sources, -1]
+        elif strides_.writable(view):
+            compiled = sub.compiled
+        else:
+            return None
+        offsets = []
+        for a, j in zip(args, sources):
+            owner = result if j < 0 else calls[j] if j < len(calls) else None
+            if owner is None or not np.may_share_memory(a, owner):  # a copy: not a view of the call
+                return None
+            offsets.append(a.ctypes.data - owner.ctypes.data)
+        if not np.may_share_memory(view, result):
+            return None
+        steps.append((compiled, sources, offsets, view.ctypes.data - result.ctypes.data,
+                      list(phase.zero) if phase.accumulate else []))
+    layouts = [(a.dtype, a.shape, a.strides) for a in calls]
+    try:
+        return native.PhasedExecutor(steps, layouts, (result.dtype, result.shape, result.strides),
+                                     code if guarded else "")
+    except ValueError:  # a layout the executor does not take (the checks above hold the rest)
+        return None
+
+
+def _plain_layout(a: np.ndarray) -> bool:
+    """Whether the phased executor takes ``a``'s layout: non-empty, aligned, no negative stride."""
+    return a.size > 0 and bool(a.flags.aligned) and all(s >= 0 for s in a.strides)
 
 
 def _staged(lowering: Lowering, out: np.ndarray) -> bool:

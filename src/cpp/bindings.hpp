@@ -44,6 +44,12 @@ struct PyCompiledOp {
     double time_loop(const py::sequence &inputs, const py::array &output, int64_t iterations) const;
 };
 
+// Raised by the executors when the arrays are not the ones they were made for; the Python
+// layer then takes its full path (checks, planning, messages). Never seen by users.
+struct SignatureMismatch : std::exception {
+    const char *what() const noexcept override { return "arrays differ from the plan"; }
+};
+
 // The package's exception types for library failures, given by the Python layer
 // (onednn_convt.native) and raised for dnnl::error; until then a RuntimeError.
 void register_errors(py::module_ &m);
@@ -51,6 +57,8 @@ void register_errors(py::module_ &m);
 void register_compiled_op(py::module_ &m);
 // Executor and SignatureMismatch: the per-call fast path.
 void register_executor(py::module_ &m);
+// PhasedExecutor: the per-call fast path of a call made of several library ops.
+void register_phased_executor(py::module_ &m);
 // Conversions, staging memory, caches, version, DLPack, the dispatch ISA.
 void register_utilities(py::module_ &m);
 

@@ -22,5 +22,6 @@ PYBIND11_MODULE(_core, m) {
     onednn_convt::register_errors(m);
     onednn_convt::register_compiled_op(m);
     onednn_convt::register_executor(m);
+    onednn_convt::register_phased_executor(m);
     onednn_convt::register_utilities(m);
 }

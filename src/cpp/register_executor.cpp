@@ -15,12 +15,6 @@
 namespace onednn_convt {
 namespace {
 
-// Raised by Executor when the arrays are not the ones it was made for; the Python layer
-// then takes its full path (checks, planning, messages). Never seen by users.
-struct SignatureMismatch : std::exception {
-    const char *what() const noexcept override { return "arrays differ from the plan"; }
-};
-
 // The per-call fast path of one op object: a compiled op plus the NumPy dtypes it was
 // planned for. It runs only arrays that match the plan exactly (dtype, shape, strides,
 // alignment, no overlap between out and the inputs) and allocates the output itself.
