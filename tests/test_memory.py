@@ -228,6 +228,34 @@ def test_set_memory_limit(memory_limit):
     assert op(x, w).shape == (1, 128, 128, 16)
 
 
+def test_a_call_the_chosen_lowering_would_take_past_the_limit_runs_a_leaner_one(memory_limit, monkeypatch):
+    """Where the rules' choice would pass the memory limit, the call runs the candidate that
+    allocates least, if that one fits: a one-channel forward as ``MatMul (columns)`` needs its
+    columns (16 taps a position), the library's op little more than the result. Under a
+    limit that passes neither, MemoryError as before (the leaner one's need)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 32, 32, 16)).astype(np.float32)  # NXC
+    w = rng.standard_normal((4, 4, 1, 16)).astype(np.float32)  # XOI: one output channel
+    monkeypatch.setattr(lowering, "rule", lambda p, native=False, phase=False: base.COLUMNS)
+    op = oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1)
+    arrays = [x, w, None]
+    problem = op._problem(arrays, "f32")
+
+    def need(name: str) -> int:
+        return sum(limits.estimate(lowering.build(problem, name), arrays, None, np.float32, False).values())
+
+    lean = min(lowering.candidates(problem), key=need)
+    assert need(base.COLUMNS) > 2 * need(lean)
+    memory_limit((need(base.COLUMNS) + need(lean)) // 2)
+    got = op(x, w)
+    assert op.lowering == lean or op.lowering.startswith(lean + " ("), op.lowering
+    want = oc.reference.conv_transpose(x, w, strides=2, pads_begin=1, pads_end=1)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    memory_limit(need(lean) // 2)
+    with pytest.raises(MemoryError, match="over the limit"):
+        oc.ConvTranspose(strides=2, pads_begin=1, pads_end=1)(x, w)
+
+
 def test_out_is_not_counted_but_emulation_copies_are(memory_limit):
     """The estimate follows what the call allocates: out= needs no result buffer; an
     emulated dtype needs f32 copies of everything."""

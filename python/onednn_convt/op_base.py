@@ -234,9 +234,38 @@ class Op:
         chosen = lowering.build(
             problem, tuned.name if tuned is not None else lowering.rule(problem, native=self.strict)
         )
-        plan: Plan | PhasedPlan = self._target().plan(chosen, arrays, out, code)
+        try:
+            plan: Plan | PhasedPlan = self._target().plan(chosen, arrays, out, code)
+        except MemoryError:
+            leaner = self._leaner(problem, chosen, arrays, out, code)
+            if leaner is None:
+                raise
+            plan, tuned = self._target().plan(leaner, arrays, out, code), None  # (or its own MemoryError)
         plan.tuning = tuned
         return plan
+
+    def _leaner(self, problem: Problem, chosen: Lowering, arrays: Sequence[Any], out: Optional[np.ndarray],
+                code: str) -> Optional[Lowering]:
+        """The candidate of ``problem`` that allocates least (:func:`onednn_convt.limits.estimate`),
+        where that is less than ``chosen``, whose plan would pass the memory limit; else None.
+        The rules and the tuner choose for speed: a MatMul's columns or a padded copy may take
+        ten times the result's memory where the library's own op takes none (the address-space
+        fuzzer, seed 4030: a one-channel 3-D forward of a 76 MiB result, refused at 2.2 GiB
+        under a 2 GiB limit as ``MatMul (columns)``)."""
+        dtype = dtypes.FLOAT_DTYPES[code]
+
+        def need(low: Lowering) -> int:
+            return sum(limits.estimate(low, arrays, out, dtype, low.f32_only and code != "f32").values())
+
+        best: Optional[tuple[int, Lowering]] = None
+        for name in lowering.candidates(problem, native=self.strict):
+            try:
+                low = lowering.build(problem, name)
+            except ValueError:  # a name this problem has no form of
+                continue
+            if best is None or need(low) < best[0]:
+                best = (need(low), low)
+        return best[1] if best is not None and best[0] < need(chosen) else None
 
     def _target(self) -> Target:
         """What planning needs of this op (:mod:`onednn_convt.plan`)."""
