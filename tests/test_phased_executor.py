@@ -90,7 +90,14 @@ CASES = [
          groups=8),
     Case("polyphase bwd_w NXC bf16", "bwd_w", ((2, 5, 5, 16), (2, 10, 10, 16)), (4, 4), 2, 1, base.POLYPHASE,
          dtype=BF16, weights_shape=(4, 4, 16, 16)),
+    # emulated plans: f32 phases of a bf16 call, its arrays converted in C++
+    Case("polyphase in f32 bwd_d bf16", "bwd_d", ((2, 10, 10, 4), (4, 4, 4, 6)), (4, 4), 2, 1,
+         base.POLYPHASE + lowering.IN_F32, dtype=BF16),
+    Case("depth taps in f32 k4 s2 bf16", "bwd_d", ((3, 8, 6, 6, 8), (4, 4, 4, 1, 8)), (4, 4, 4), 2, 1,
+         base.DEPTH_TAPS + lowering.IN_F32, groups=8, dtype=BF16),
 ]
+NATIVE_BF16 = CASES[7]
+EMULATED = CASES[8:]
 
 
 def _force(monkeypatch: Any, name: str) -> None:
@@ -130,15 +137,19 @@ class PythonRuns:
 
 def _planned(monkeypatch: Any, case: Case, out: Optional[np.ndarray] = None) -> tuple[Any, Any, PythonRuns]:
     """The case's op after one call, its phased plan, and the counter of Python runs."""
-    if case.code == "bf16" and not base.parts_native("bf16"):
-        pytest.skip("no native bf16 phases on this CPU (the f32-emulated plan has no executor)")
+    emulated = case.lowering.endswith(lowering.IN_F32)
+    if case.code == "bf16" and not emulated and not base.parts_native("bf16"):
+        pytest.skip("no native bf16 phases on this CPU")
+    if emulated and not native.fast_conversion:
+        pytest.skip("no AVX2 and F16C: the emulated executor's conversions need them")
     _force(monkeypatch, case.lowering)
     runs = PythonRuns(monkeypatch)
     op = case.make()
     op(*case.arrays(0), out=out)
     phased = op.last_plan
     assert isinstance(phased, plan.PhasedPlan), op.lowering
-    assert op.lowering.startswith(case.lowering), op.lowering
+    assert op.lowering.startswith(case.lowering.removesuffix(lowering.IN_F32)), op.lowering
+    assert phased.emulated == emulated
     assert isinstance(phased.executor, native.PhasedExecutor), op.lowering
     assert phased.executor.steps == sum(p is not None for p in phased.plans)
     assert runs.count == 1
@@ -196,11 +207,37 @@ def test_other_layouts_take_the_python_path(monkeypatch: Any) -> None:
     assert_close(again, case.reference(case.arrays(5)), case.code, case.reduction, "dense again")
 
 
+@pytest.mark.parametrize("case", EMULATED, ids=[c.name for c in EMULATED])
+def test_emulated_executor_reads_strided_arrays(monkeypatch: Any, case: Case) -> None:
+    """An emulated plan made for a strided bf16 diff_dst (every other channel of a wider
+    array) converts such arrays from their strides on later calls: the Python path's bits."""
+
+    def strided(a: np.ndarray) -> np.ndarray:
+        wide = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), a.dtype)[..., 1::2]
+        wide[...] = a
+        return wide
+
+    _force(monkeypatch, case.lowering)
+    runs = PythonRuns(monkeypatch)
+    op = case.make()
+    first = case.arrays(0)
+    op(strided(first[0]), first[1])
+    phased = op.last_plan
+    assert phased.emulated and isinstance(phased.executor, native.PhasedExecutor)
+    for seed in (1, 2):
+        arrays = case.arrays(seed)
+        got = op(strided(arrays[0]), arrays[1])
+        assert runs.count == 1
+        assert_close(got, case.reference(arrays), case.code, case.reduction, case.name)
+        slow = runs.python_path(phased, [strided(arrays[0]), arrays[1]])
+        assert np.array_equal(got.view(np.uint16), slow.view(np.uint16))
+
+
 def test_non_finite_bf16_results_are_redone(monkeypatch: Any) -> None:
     """A native bf16 phased call whose result holds an Inf or NaN leaves the executor (which
     checks the whole result after its steps) for the Python path, which redoes it as
     without the executor: the same bits."""
-    case = CASES[-1]
+    case = NATIVE_BF16
     op, phased, runs = _planned(monkeypatch, case)
     arrays = case.arrays(6)
     arrays[0][0, 1, 1, 3] = np.inf
@@ -275,3 +312,23 @@ def test_torch_calls_run_the_executor(monkeypatch: Any) -> None:
     assert len(through_op) == 1
     (fast,) = [f for f in torch_run._FAST.values() if f is not None]
     assert isinstance(fast.executor, native.PhasedExecutor)
+
+
+def test_a_hand_made_executor_emulates() -> None:
+    """An f32 executor made to take bf16 arrays converts them (any strides), runs its steps
+    in f32 and rounds the result; other shapes, or an executor that is not f32, refused."""
+    if not native.fast_conversion:
+        pytest.skip("no AVX2 and F16C")
+    executor = native.PhasedExecutor([(_reorder(3), [0], [0], 0, []), (_reorder(3), [0], [8], 12, [])],
+                                     [_layout(5)], _layout(6))
+    x = (np.arange(10, dtype=np.float32) / 4).astype(BF16)[::2]  # 0, 0.5, ..., 2: strided bf16
+    emulating = executor.emulating([(BF16, [5], [4])], (BF16, [6], [2]), "bf16")
+    got = emulating.run((x,), None)
+    assert got.dtype == BF16
+    np.testing.assert_array_equal(got.astype(np.float32), [0, 0.5, 1, 1, 1.5, 2])
+    with pytest.raises(ValueError, match="emulation"):
+        executor.emulating([(BF16, [4], [2])], (BF16, [6], [2]), "bf16")
+    with pytest.raises(ValueError, match="emulation"):
+        emulating.emulating([(BF16, [5], [2])], (BF16, [6], [2]), "bf16")
+    with pytest.raises(ValueError, match="emulation"):
+        executor.emulating([(BF16, [5], [2])], (BF16, [6], [2]), "f32")

@@ -419,7 +419,9 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
         limits.check_memory(target.op_name, lowering, arrays, out, dtype, emulated=True)
         # placeholders laid out as run's copies are (zeros: pages untouched until written)
         f32 = [np.zeros(a.shape, np.float32) if _low_precision(a) else a for a in arrays]
-        return replace(_phased_plan(target, lowering, f32, None, "f32"), dtype=dtype, emulated=True, executor=None)
+        phases_in_f32 = _phased_plan(target, lowering, f32, None, "f32")
+        return replace(phases_in_f32, dtype=dtype, emulated=True,
+                       executor=_emulating(phases_in_f32.executor, arrays, out, lowering.out_shape, dtype, code))
     phase_args = [None if phase.lowering is None else phase.args(arrays) for phase in lowering.phases]
     staged = out is not None and _staged(lowering, out)
     if out is None or staged:
@@ -457,8 +459,9 @@ def _phased_executor(plan: PhasedPlan, arrays: Sequence[Any], result: np.ndarray
     op with the byte offsets of its views in the call's arrays and in the result, run in
     turn with no Python between them (a sum's kept planes, ``Phase.zero``, saved and put
     back there too). None where a phase needs more than its op: a fill (a bias, zeros), a
-    part NumPy adds, a copy of a view, a prepare or finishing step, or a bias; and for an emulated plan, which
-    converts its inputs first.
+    part NumPy adds, a copy of a view, a prepare or finishing step, or a bias. (An emulated
+    plan's executor is its f32 phases' one, made to convert the call's arrays:
+    :func:`_emulating`.)
 
     Measured on an AMD Zen4 (2 threads, f32 NXC BackwardData of 3-D depthwise layers as
     depth taps): Python took 8-20 us per phase around the library's own calls, 18-29% of
@@ -507,6 +510,24 @@ def _phased_executor(plan: PhasedPlan, arrays: Sequence[Any], result: np.ndarray
         return native.PhasedExecutor(steps, layouts, (result.dtype, result.shape, result.strides),
                                      code if guarded else "")
     except ValueError:  # a layout the executor does not take (the checks above hold the rest)
+        return None
+
+
+def _emulating(f32: Any, arrays: Sequence[Any], out: Optional[np.ndarray], shape: tuple[int, ...],
+               dtype: np.dtype[Any], code: str) -> Any:
+    """The executor of an emulated phased plan (f32 phases of a bf16/f16 call): ``f32``, the
+    executor of its f32 phases on dense f32 arrays, run on the call's 16-bit arrays
+    converted into staging memory, its result rounded into a dense one
+    (``PhasedExecutor.emulating``); None where there is none, or an array or ``out`` it
+    cannot take (not aligned, a negative stride; ``out`` not C-contiguous)."""
+    calls = list(itertools.takewhile(lambda a: isinstance(a, np.ndarray), arrays))
+    if f32 is None or not native.fast_conversion or (out is not None and not out.flags.c_contiguous) or \
+            not all(_low_precision(a) and _convertible(a) for a in calls):
+        return None
+    result = (dtype, shape, tuple(s * dtype.itemsize for s in shapes.dense_strides(shape)))
+    try:
+        return f32.emulating([(a.dtype, a.shape, a.strides) for a in calls], result, code)
+    except ValueError:
         return None
 
 

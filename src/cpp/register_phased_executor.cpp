@@ -13,6 +13,7 @@
 #include "bindings.hpp"
 #include "convert.hpp"
 #include "gil.hpp"
+#include "staging.hpp"
 
 namespace onednn_convt {
 namespace {
@@ -50,6 +51,17 @@ struct Layout {
         return reinterpret_cast<uintptr_t>(a.data()) % dtype.itemsize() == 0;
     }
 };
+
+Layout to_layout(const py::tuple &t) {
+    if (t.size() != 3) throw std::invalid_argument("PhasedExecutor: a layout is (dtype, shape, strides in bytes)");
+    Layout l{py::dtype::from_args(t[0]), t[1].cast<std::vector<int64_t>>(), t[2].cast<std::vector<int64_t>>()};
+    if (l.shape.size() != l.strides.size())
+        throw std::invalid_argument("PhasedExecutor: one stride per dim expected");
+    for (size_t i = 0; i < l.shape.size(); ++i)
+        if (l.shape[i] <= 0 || l.strides[i] < 0)
+            throw std::invalid_argument("PhasedExecutor: arrays must be non-empty, with no negative stride");
+    return l;
+}
 
 // One library op of the call: where each of its tensors starts.
 struct Step {
@@ -131,10 +143,18 @@ int64_t tensor_extent(const TensorDesc &d) {
 // SignatureMismatch after the run (as Executor's does: the Python layer redoes the call).
 struct PhasedExecutor {
     std::vector<Step> steps;
-    std::vector<Layout> inputs;
-    Layout output;
+    std::vector<Layout> inputs;  // the call's arrays, as run() and run_pointers() take them
+    Layout output;               // the result, as run() returns it
     bool dense_output;
     std::string finite_code;
+    // "" or the call's dtype code ("bf16"/"f16") where the steps run in f32 (Python's
+    // emulated PhasedPlan): each input is converted into the thread's staging memory as a
+    // dense f32 array, the steps run on those into a dense f32 result there, which is
+    // rounded into the output (dense). The steps' offsets are into those f32 arrays, and
+    // were checked against their layouts when the f32 executor was made (emulating()).
+    std::string emulated;
+    std::vector<size_t> staged_offsets;  // emulated: each input's, then the result's, in floats
+    size_t staged_total = 0;
 
     static std::pair<uintptr_t, uintptr_t> span(const py::array &a) {
         auto lo = reinterpret_cast<uintptr_t>(a.data()), hi = lo + a.itemsize();
@@ -160,6 +180,50 @@ struct PhasedExecutor {
         return all_finite_16(reinterpret_cast<const uint16_t *>(result), size, finite_code);
     }
 
+    static size_t elements(const Layout &l) {
+        size_t n = 1;
+        for (auto x : l.shape) n *= static_cast<size_t>(x);
+        return n;
+    }
+
+    // Emulated: converts the inputs at `bases` into staging memory, runs the steps there and
+    // rounds the f32 result into `dst` (dense). No GIL.
+    void run_emulated(const std::vector<char *> &bases, char *dst) const {
+        const LowType type = emulated == "f16" ? LowType::f16 : LowType::bf16;
+        Staging &staging = Staging::local();
+        float *base = staging.get(staged_total);
+        try {
+            std::vector<char *> f32(bases.size());
+            for (size_t i = 0; i < bases.size(); ++i) {
+                float *to = base + staged_offsets[i];
+                const auto *low = reinterpret_cast<const uint16_t *>(bases[i]);
+                if (inputs[i].dense()) {
+                    low_to_f32(low, to, elements(inputs[i]), type);
+                } else {
+                    std::vector<int64_t> strides;
+                    for (auto st : inputs[i].strides) strides.push_back(st / 2);
+                    low_to_f32_strided(low, inputs[i].shape, strides, to, type);
+                }
+                f32[i] = reinterpret_cast<char *>(to);
+            }
+            float *result = base + staged_offsets.back();
+            run_steps(f32, reinterpret_cast<char *>(result));
+            f32_to_low(result, reinterpret_cast<uint16_t *>(dst), elements(output), type);
+        } catch (...) {
+            staging.release();
+            throw;
+        }
+        staging.release();
+    }
+
+    // Runs the call on the arrays at `bases` into `dst`; false: a guarded result holds an
+    // Inf or NaN. No GIL.
+    bool run_call(const std::vector<char *> &bases, char *dst) const {
+        if (emulated.empty()) return run_steps(bases, dst);
+        run_emulated(bases, dst);
+        return true;
+    }
+
     py::array run(const py::tuple &call, const py::object &out) const {
         if (call.size() != inputs.size()) throw SignatureMismatch();
         std::vector<char *> bases(inputs.size());
@@ -182,7 +246,7 @@ struct PhasedExecutor {
             }
         }
         char *dst = static_cast<char *>(result.mutable_data());
-        if (!without_gil([&] { return run_steps(bases, dst); })) throw SignatureMismatch();
+        if (!without_gil([&] { return run_call(bases, dst); })) throw SignatureMismatch();
         return result;
     }
 
@@ -200,20 +264,39 @@ struct PhasedExecutor {
         }
         if (out % static_cast<uintptr_t>(output.dtype.itemsize()) != 0) throw SignatureMismatch();
         char *dst = reinterpret_cast<char *>(out);
-        if (!without_gil([&] { return run_steps(bases, dst); })) throw SignatureMismatch();
+        if (!without_gil([&] { return run_call(bases, dst); })) throw SignatureMismatch();
+    }
+
+    // This executor's steps on 16-bit arrays of `call` layouts (their shapes this one's,
+    // any non-negative strides) into a dense 16-bit result: this one must run on dense f32
+    // arrays and a dense f32 result (an emulated plan's f32 phases).
+    PhasedExecutor emulating(const py::sequence &call, const py::tuple &result, const std::string &code) const {
+        if (!emulated.empty() || !finite_code.empty() || (code != "bf16" && code != "f16") || !fast_conversion())
+            throw std::invalid_argument("PhasedExecutor: emulation needs an f32 executor, bf16 or f16, AVX2 and F16C");
+        PhasedExecutor e = *this;
+        e.emulated = code;
+        e.inputs.clear();
+        for (auto t : call) e.inputs.push_back(to_layout(t.cast<py::tuple>()));
+        e.output = to_layout(result);
+        e.dense_output = e.output.dense();
+        auto f32 = [](const Layout &l) { return l.dtype.itemsize() == 4 && l.dense(); };
+        auto low = [&](const Layout &l) { return l.dtype.itemsize() == 2 && (l.dtype.num() == 23) == (code == "f16"); };
+        bool ok = e.inputs.size() == inputs.size() && f32(output) && low(e.output) && e.dense_output &&
+                  e.output.shape == output.shape;
+        for (size_t i = 0; ok && i < inputs.size(); ++i)
+            ok = f32(inputs[i]) && low(e.inputs[i]) && e.inputs[i].shape == inputs[i].shape;
+        if (!ok) throw std::invalid_argument("PhasedExecutor: emulation needs dense f32 steps and 16-bit arrays of their shapes");
+        e.staged_offsets.clear();
+        e.staged_total = 0;
+        for (const auto &l : inputs) {
+            e.staged_offsets.push_back(e.staged_total);
+            e.staged_total += aligned_floats(elements(l));
+        }
+        e.staged_offsets.push_back(e.staged_total);
+        e.staged_total += aligned_floats(elements(output));
+        return e;
     }
 };
-
-Layout to_layout(const py::tuple &t) {
-    if (t.size() != 3) throw std::invalid_argument("PhasedExecutor: a layout is (dtype, shape, strides in bytes)");
-    Layout l{py::dtype::from_args(t[0]), t[1].cast<std::vector<int64_t>>(), t[2].cast<std::vector<int64_t>>()};
-    if (l.shape.size() != l.strides.size())
-        throw std::invalid_argument("PhasedExecutor: one stride per dim expected");
-    for (size_t i = 0; i < l.shape.size(); ++i)
-        if (l.shape[i] <= 0 || l.strides[i] < 0)
-            throw std::invalid_argument("PhasedExecutor: arrays must be non-empty, with no negative stride");
-    return l;
-}
 
 // Whether `bytes` of a tensor from `offset` lie within an array of `extent` bytes.
 bool within(int64_t offset, int64_t bytes, int64_t extent) {
@@ -276,6 +359,9 @@ void register_phased_executor(py::module_ &m) {
                  "Run every step on raw addresses laid out as the plan's arrays into a dense result\n"
                  "at `out`; misaligned addresses, or a guarded result holding an Inf or NaN (after\n"
                  "the run), raise SignatureMismatch.")
+            .def("emulating", &PhasedExecutor::emulating, py::arg("inputs"), py::arg("output"), py::arg("code"),
+                 "This f32 executor's steps on bf16/f16 arrays of these layouts (dtype, shape, strides\n"
+                 "in bytes), converted to f32 in staging memory, the result rounded into `output`.")
             .def_property_readonly("output_shape", [](const PhasedExecutor &e) { return e.output.shape; })
             .def_property_readonly("dense_output", [](const PhasedExecutor &e) { return e.dense_output; })
             .def_property_readonly("steps", [](const PhasedExecutor &e) { return e.steps.size(); });
