@@ -38,10 +38,13 @@ class Case:
     groups: int = 1
     dtype: Any = np.float32
     weights_shape: Optional[tuple[int, ...]] = None  # bwd_w
+    output_padding: int = 0
+    bias: bool = False  # fwd: a third array, one value per output channel
 
     def attrs(self) -> dict[str, Any]:
+        extra = {"output_padding": self.output_padding} if self.output_padding else {}
         return dict(strides=self.strides, pads_begin=self.pads, pads_end=self.pads, groups=self.groups,
-                    data_format=self.data_format, weights_format=self.weights_format)
+                    data_format=self.data_format, weights_format=self.weights_format, **extra)
 
     def make(self) -> Any:
         if self.op == "fwd":
@@ -52,12 +55,16 @@ class Case:
 
     def arrays(self, seed: int) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
-        return [rng.standard_normal(s).astype(self.dtype) for s in self.shapes]
+        arrays = [rng.standard_normal(s).astype(self.dtype) for s in self.shapes]
+        if self.bias:
+            channels = self.shapes[1][-2] if self.weights_format == "XOI" else self.shapes[1][1]
+            arrays.append(rng.standard_normal(channels * self.groups).astype(self.dtype))
+        return arrays
 
     def reference(self, arrays: list[np.ndarray]) -> np.ndarray:
-        x, y = (np.asarray(a, np.float64) for a in arrays)
+        x, y, *rest = (np.asarray(a, np.float64) for a in arrays)
         if self.op == "fwd":
-            return reference.conv_transpose(x, y, **self.attrs())
+            return reference.conv_transpose(x, y, *rest, **self.attrs())
         if self.op == "bwd_d":
             return reference.conv_transpose_backward_data(x, y, **self.attrs())
         assert self.weights_shape is not None
@@ -90,14 +97,24 @@ CASES = [
          groups=8),
     Case("polyphase bwd_w NXC bf16", "bwd_w", ((2, 5, 5, 16), (2, 10, 10, 16)), (4, 4), 2, 1, base.POLYPHASE,
          dtype=BF16, weights_shape=(4, 4, 16, 16)),
+    # zero fills: outputs of a phase that its taps do not reach (output_padding)
+    Case("polyphase fwd fills op1", "fwd", ((2, 5, 5, 6), (3, 3, 4, 6)), (3, 3), 2, 0, base.POLYPHASE,
+         output_padding=1),
+    # a bias over a result past HOST_BIAS_ELEMENTS: one BiasAdd after the phases
+    Case("polyphase fwd bias stage", "fwd", ((2, 16, 16, 8), (4, 4, 40, 8)), (4, 4), 2, 1, base.POLYPHASE,
+         bias=True),
+    Case("polyphase fwd bias stage NCX", "fwd", ((2, 8, 16, 16), (8, 40, 4, 4)), (4, 4), 2, 1, base.POLYPHASE,
+         "NCX", "IOX", bias=True),
     # emulated plans: f32 phases of a bf16 call, its arrays converted in C++
     Case("polyphase in f32 bwd_d bf16", "bwd_d", ((2, 10, 10, 4), (4, 4, 4, 6)), (4, 4), 2, 1,
          base.POLYPHASE + lowering.IN_F32, dtype=BF16),
     Case("depth taps in f32 k4 s2 bf16", "bwd_d", ((3, 8, 6, 6, 8), (4, 4, 4, 1, 8)), (4, 4, 4), 2, 1,
          base.DEPTH_TAPS + lowering.IN_F32, groups=8, dtype=BF16),
 ]
-NATIVE_BF16 = CASES[7]
-EMULATED = CASES[8:]
+NATIVE_BF16 = next(c for c in CASES if c.name == "polyphase bwd_w NXC bf16")
+EMULATED = [c for c in CASES if c.lowering.endswith(lowering.IN_F32)]
+#: one library op per step into out= windows, kept planes, zero fills, a BiasAdd after
+INTO_OUT = [c for c in CASES if c.code == "f32" and c.name not in ("polyphase fwd NXC", "polyphase fwd NCX")]
 
 
 def _force(monkeypatch: Any, name: str) -> None:
@@ -151,7 +168,7 @@ def _planned(monkeypatch: Any, case: Case, out: Optional[np.ndarray] = None) -> 
     assert op.lowering.startswith(case.lowering.removesuffix(lowering.IN_F32)), op.lowering
     assert phased.emulated == emulated
     assert isinstance(phased.executor, native.PhasedExecutor), op.lowering
-    assert phased.executor.steps == sum(p is not None for p in phased.plans)
+    assert phased.executor.steps >= sum(p is not None for p in phased.plans)  # (and zero fills, a BiasAdd)
     assert runs.count == 1
     return op, phased, runs
 
@@ -171,7 +188,7 @@ def test_later_calls_run_the_executor(monkeypatch: Any, case: Case) -> None:
         assert np.array_equal(got.view(np.uint8), slow.view(np.uint8)), "the executor's bits differ from Python's"
 
 
-@pytest.mark.parametrize("case", CASES[2:6], ids=[c.name for c in CASES[2:6]])
+@pytest.mark.parametrize("case", INTO_OUT, ids=[c.name for c in INTO_OUT])
 def test_out_arrays(monkeypatch: Any, case: Case) -> None:
     """A plan made for an out= array runs later calls into other out= arrays of its layout;
     an out= that overlaps an input is refused on the op's path, as without the executor."""
@@ -187,7 +204,7 @@ def test_out_arrays(monkeypatch: Any, case: Case) -> None:
     first = shared[: arrays[0].size].reshape(arrays[0].shape)
     first[...] = arrays[0]
     with pytest.raises(ValueError, match="overlap|share|alias"):
-        op(first, arrays[1], out=shared[: math.prod(shape)].reshape(shape))
+        op(first, *arrays[1:], out=shared[: math.prod(shape)].reshape(shape))
 
 
 def test_other_layouts_take_the_python_path(monkeypatch: Any) -> None:
@@ -274,15 +291,23 @@ def test_steps_outside_their_arrays_are_refused(step: Any, why: str) -> None:
         native.PhasedExecutor([(_reorder(4), [0], [0], 4, [])], [_layout(4)], _layout(4))
     with pytest.raises(ValueError, match="kept plane"):
         native.PhasedExecutor([(_reorder(4), [0], [0], 0, [4])], [_layout(4)], _layout(4))
+    with pytest.raises(ValueError, match="zeroed window"):
+        native.PhasedExecutor([(12, [2], [4])], [_layout(4)], _layout(4))
+    with pytest.raises(ValueError, match="zeroed window"):
+        native.PhasedExecutor([(0, [2], [-4])], [_layout(4)], _layout(4))
 
 
 def test_a_hand_made_executor_runs_its_steps() -> None:
-    """Two steps on one input at byte offsets: each copies its window into the result's."""
+    """Two steps on one input at byte offsets: each copies its window into the result's; a
+    third sets a window of the result to zeros."""
     executor = native.PhasedExecutor([(_reorder(3), [0], [0], 0, []), (_reorder(3), [0], [8], 12, [])],
                                      [_layout(5)], _layout(6))
     x = np.arange(5, dtype=np.float32)
     got = executor.run((x,), None)
     np.testing.assert_array_equal(got, [0, 1, 2, 2, 3, 4])
+    zeroed = native.PhasedExecutor([(_reorder(3), [0], [0], 0, []), (_reorder(3), [0], [8], 12, []), (4, [2], [8])],
+                                   [_layout(5)], _layout(6))
+    np.testing.assert_array_equal(zeroed.run((x,), None), [0, 0, 2, 0, 3, 4])
     with pytest.raises(native.SignatureMismatch):
         executor.run((x[:4],), None)
     with pytest.raises(native.SignatureMismatch):

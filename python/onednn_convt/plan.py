@@ -457,27 +457,38 @@ def _phased_plan(target: Target, lowering: Lowering, arrays: Sequence[Any], out:
 def _phased_executor(plan: PhasedPlan, arrays: Sequence[Any], result: np.ndarray, code: str) -> Any:
     """The C++ executor of a phased plan (``native.PhasedExecutor``): each phase's compiled
     op with the byte offsets of its views in the call's arrays and in the result, run in
-    turn with no Python between them (a sum's kept planes, ``Phase.zero``, saved and put
-    back there too). None where a phase needs more than its op: a fill (a bias, zeros), a
-    part NumPy adds, a copy of a view, a prepare or finishing step, or a bias. (An emulated
-    plan's executor is its f32 phases' one, made to convert the call's arrays:
+    turn with no Python between them; a phase's zero fill, a sum's kept planes
+    (``Phase.zero``, saved and put back) and a forward's bias added over dst after the
+    phases (``Lowering.bias_stage``: the BiasAdd partition, on a C-contiguous result) run
+    there too. None where a phase needs more than that: a fill with the bias (the bias in
+    the phases), a part NumPy adds, a copy of a view, a prepare or finishing step. (An
+    emulated plan's executor is its f32 phases' one, made to convert the call's arrays:
     :func:`_emulating`.)
 
     Measured on an AMD Zen4 (2 threads, f32 NXC BackwardData of 3-D depthwise layers as
     depth taps): Python took 8-20 us per phase around the library's own calls, 18-29% of
     the call (t21r00, 12 ops: 325 us against 231 us of library calls)."""
     low = plan.lowering
-    if plan.emulated or low.prepare is not None or low.finish is not None or plan.staged or \
-            plan.bias_axis is not None or plan.bias_add is not None:
+    if plan.emulated or low.prepare is not None or low.finish is not None or plan.staged:
         return None
+    biased = plan.bias_axis is not None
+    if biased and not (low.bias_stage and plan.bias_add is not None and result.flags.c_contiguous):
+        return None  # the bias in the phases, or added by NumPy
     calls = list(itertools.takewhile(lambda a: isinstance(a, np.ndarray), arrays))
     if any(isinstance(a, np.ndarray) for a in arrays[len(calls):]) or \
-            not all(_plain_layout(a) for a in [*calls, result]):
+            not all(_plain_layout(a) for a in [*calls, result]) or (biased and not calls[-1].flags.c_contiguous):
         return None
     guarded = False
-    steps = []
+    steps: list[tuple[Any, ...]] = []
     for i, (phase, sub) in enumerate(zip(low.phases, plan.plans)):
-        if phase.fill is not None or not isinstance(sub, Plan) or not sub.direct or sub.fixers:
+        if phase.fill is not None:  # zeros (with a bias, the bias stage adds it after)
+            filled = base.window(result, phase.fill)
+            if not np.may_share_memory(filled, result) and filled.size:
+                return None
+            steps.append((filled.ctypes.data - result.ctypes.data, filled.shape, filled.strides))
+        if sub is None:
+            continue
+        if not isinstance(sub, Plan) or not sub.direct or sub.fixers:
             return None
         inner = sub.lowering
         if inner.prepare is not None or inner.library_shape or inner.bias_stage or inner.host_bias is not None:
@@ -505,6 +516,8 @@ def _phased_executor(plan: PhasedPlan, arrays: Sequence[Any], result: np.ndarray
             return None
         steps.append((compiled, sources, offsets, view.ctypes.data - result.ctypes.data,
                       list(phase.zero) if phase.accumulate else []))
+    if biased:  # BiasAdd over the whole result, in place
+        steps.append((plan.bias_add, [-1, len(calls) - 1], [0, 0], 0, []))
     layouts = [(a.dtype, a.shape, a.strides) for a in calls]
     try:
         return native.PhasedExecutor(steps, layouts, (result.dtype, result.shape, result.strides),

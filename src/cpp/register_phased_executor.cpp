@@ -73,7 +73,26 @@ struct Step {
     // (Python's Phase.zero: planes of a sum that the op's result must not reach): saved
     // before the op runs and put back after it
     std::vector<int64_t> keep;
+    // a step that fills a window of the result with zeros instead (no op): its shape and
+    // strides in bytes, from out_offset, of elements of `item` bytes
+    bool zeros = false;
+    std::vector<int64_t> zero_shape, zero_strides;
+    int64_t item = 0;
 };
+
+// Sets a strided block of `shape` (strides in bytes) to zero bits (+0.0), the innermost dim
+// in one run where it is contiguous.
+void zero_block(char *to, const int64_t *shape, const int64_t *strides, size_t dims, int64_t item) {
+    if (dims == 0) {
+        std::memset(to, 0, static_cast<size_t>(item));
+        return;
+    }
+    if (dims == 1 && strides[0] == item) {
+        std::memset(to, 0, static_cast<size_t>(shape[0] * item));
+        return;
+    }
+    for (int64_t i = 0; i < shape[0]; ++i) zero_block(to + i * strides[0], shape + 1, strides + 1, dims - 1, item);
+}
 
 // Copies a strided block of `shape` (strides in bytes on both sides) from `from` to `to`,
 // the innermost dim in one run where it is contiguous on both sides.
@@ -167,6 +186,10 @@ struct PhasedExecutor {
         std::vector<void *> ptrs;
         std::vector<char> kept;
         for (const auto &s : steps) {
+            if (s.zeros) {
+                zero_block(result + s.out_offset, s.zero_shape.data(), s.zero_strides.data(), s.zero_shape.size(), s.item);
+                continue;
+            }
             ptrs.resize(s.sources.size());
             for (size_t k = 0; k < s.sources.size(); ++k)
                 ptrs[k] = (s.sources[k] < 0 ? result : bases[static_cast<size_t>(s.sources[k])]) + s.offsets[k];
@@ -315,12 +338,34 @@ void register_phased_executor(py::module_ &m) {
                      const auto out_extent = e.output.extent();
                      for (auto h : steps) {
                          auto t = h.cast<py::tuple>();
+                         if (t.size() == 3) {  // zeros: (offset, shape, strides in bytes)
+                             Step z{};
+                             z.zeros = true;
+                             z.out_offset = t[0].cast<int64_t>();
+                             z.zero_shape = t[1].cast<std::vector<int64_t>>();
+                             z.zero_strides = t[2].cast<std::vector<int64_t>>();
+                             z.item = e.output.dtype.itemsize();
+                             int64_t bytes = z.item;
+                             bool empty = false, ok = z.zero_shape.size() == z.zero_strides.size();
+                             for (size_t i = 0; ok && i < z.zero_shape.size(); ++i) {
+                                 ok = z.zero_shape[i] >= 0 && z.zero_strides[i] >= 0;
+                                 empty = empty || z.zero_shape[i] == 0;
+                                 if (ok && z.zero_shape[i] > 0) bytes += (z.zero_shape[i] - 1) * z.zero_strides[i];
+                             }
+                             if (!ok || !within(z.out_offset, empty ? 0 : bytes, out_extent))
+                                 throw std::invalid_argument("PhasedExecutor: a zeroed window lies outside the result");
+                             e.steps.push_back(std::move(z));
+                             continue;
+                         }
                          if (t.size() != 5)
                              throw std::invalid_argument(
                                      "PhasedExecutor: a step is (compiled, sources, offsets, out_offset, keep)");
-                         Step s{t[0].cast<PyCompiledOp>(), t[1].cast<std::vector<int64_t>>(),
-                                t[2].cast<std::vector<int64_t>>(), t[3].cast<int64_t>(),
-                                t[4].cast<std::vector<int64_t>>()};
+                         Step s{};
+                         s.compiled = t[0].cast<PyCompiledOp>();
+                         s.sources = t[1].cast<std::vector<int64_t>>();
+                         s.offsets = t[2].cast<std::vector<int64_t>>();
+                         s.out_offset = t[3].cast<int64_t>();
+                         s.keep = t[4].cast<std::vector<int64_t>>();
                          const auto &spec = s.compiled.op->spec();
                          for (auto k : s.keep)
                              if (spec.output.shape.empty() || k < 0 || k >= spec.output.shape[0] ||
@@ -351,7 +396,8 @@ void register_phased_executor(py::module_ &m) {
                  py::arg("steps"), py::arg("inputs"), py::arg("output"), py::arg("finite_code") = "",
                  "steps: (compiled op, per library input the call input it reads or -1 for the\n"
                  "result, per library input its byte offset there, the output's byte offset in the\n"
-                 "result, the indices along the output's first axis the step leaves as they were);\n"
+                 "result, the indices along the output's first axis the step leaves as they were),\n"
+                 "or (byte offset, shape, strides in bytes) of a window of the result set to zeros;\n"
                  "inputs and output: (dtype, shape, strides in bytes) as the plan was made.")
             .def("run", &PhasedExecutor::run, py::arg("inputs"), py::arg("out"),
                  "Run every step on arrays laid out as the plan's, else raise SignatureMismatch.")
