@@ -23,6 +23,7 @@ from .plan import PhasedPlan, Plan, Target
 from .strides import element_strides, non_overlapping
 from .problem import Geometry, Problem
 from .constant_weights import ConstantWeights
+from .errors import OneDNNError
 
 class Op:
     """Shared machinery of the three ops; subclasses give the spec of each."""
@@ -236,11 +237,14 @@ class Op:
         )
         try:
             plan: Plan | PhasedPlan = self._target().plan(chosen, arrays, out, code)
-        except MemoryError:
+        except MemoryError as too_large:
             leaner = self._leaner(problem, chosen, arrays, out, code)
             if leaner is None:
                 raise
-            plan, tuned = self._target().plan(leaner, arrays, out, code), None  # (or its own MemoryError)
+            try:
+                plan, tuned = self._target().plan(leaner, arrays, out, code), None  # (or its own MemoryError)
+            except OneDNNError:  # the library refuses the leaner one here: the chosen one's error stands
+                raise too_large from None
         plan.tuning = tuned
         return plan
 

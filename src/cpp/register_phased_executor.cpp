@@ -63,7 +63,8 @@ Layout to_layout(const py::tuple &t) {
     return l;
 }
 
-// One library op of the call: where each of its tensors starts.
+// One step of the call: a library op and where each of its tensors starts, or (zeros) a
+// window of the result set to zeros.
 struct Step {
     PyCompiledOp compiled;
     std::vector<int64_t> sources;  // per library input: the call input it reads, or -1: the result
@@ -151,8 +152,9 @@ int64_t tensor_extent(const TensorDesc &d) {
 // The per-call fast path of a call made of several library ops on views of the call's
 // arrays and of its result: a polyphase lowering's phases, a depth-taps or per-group
 // lowering's parts (Python's PhasedPlan, of those whose every step writes its window, or
-// adds to it in the library, with nothing else between the steps). Each step is one compiled
-// op whose tensors start at fixed byte offsets from a call array or from the result; a call
+// adds to it in the library, with nothing but zero fills between the steps). Each step is
+// one compiled op whose tensors start at fixed byte offsets from a call array or from the
+// result (a BiasAdd over the result among them), or a window of the result zeroed; a call
 // whose arrays are laid out as the plan's were (dtype, shape, strides, alignment) runs every
 // step in order with the GIL released and no Python between them. Anything else raises
 // SignatureMismatch, and the Python layer takes its full path. The Python layer gives the
