@@ -38,7 +38,7 @@ BATCH = 100
 DIFFERENTIAL_FILES = (
     "test_forward.py", "test_backward_data.py", "test_backward_weights.py", "test_dtypes.py",
     "test_emulated_fast_path.py", "test_numerics.py", "test_memory.py", "test_conformance_report.py",
-    "test_fusion.py", "test_polyphase.py", "test_lowering_candidates.py",
+    "test_fusion.py", "test_polyphase.py", "test_lowering_candidates.py", "test_phased_executor.py",
 )
 
 
