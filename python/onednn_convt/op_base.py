@@ -261,15 +261,15 @@ class Op:
         def need(low: Lowering) -> int:
             return sum(limits.estimate(low, arrays, out, dtype, low.f32_only and code != "f32").values())
 
-        best: Optional[tuple[int, Lowering]] = None
+        built = []
         for name in lowering.candidates(problem, native=self.strict):
             try:
-                low = lowering.build(problem, name)
+                built.append(lowering.build(problem, name))
             except ValueError:  # a name this problem has no form of
                 continue
-            if best is None or need(low) < best[0]:
-                best = (need(low), low)
-        return best[1] if best is not None and best[0] < need(chosen) else None
+        sized = [(need(low), i) for i, low in enumerate(built)]  # (the first of equal needs wins)
+        least, at = min(sized, default=(None, -1))
+        return built[at] if least is not None and least < need(chosen) else None
 
     def _target(self) -> Target:
         """What planning needs of this op (:mod:`onednn_convt.plan`)."""
