@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiled_op.hpp"
@@ -33,6 +34,24 @@ inline py::array host_array(const py::dtype &dtype, const std::vector<py::ssize_
     void *block = host_allocate(bytes, 64);
     py::capsule owner(block, [](void *p) { host_deallocate(p); });
     return py::array(dtype, shape, block, owner);
+}
+
+// The addresses from an array's first element to one past its last (strides not negative).
+inline std::pair<uintptr_t, uintptr_t> address_range(const py::array &a) {
+    auto lo = reinterpret_cast<uintptr_t>(a.data()), hi = lo + a.itemsize();
+    for (py::ssize_t i = 0; i < a.ndim(); ++i) hi += (a.shape(i) - 1) * a.strides(i);
+    return {lo, hi};
+}
+
+// Whether `strides` (in units of which one element is `item`) are C order for `shape`, a
+// size-1 dim's stride aside (it addresses nothing).
+inline bool is_c_dense(const std::vector<int64_t> &shape, const std::vector<int64_t> &strides, int64_t item) {
+    int64_t step = item;
+    for (size_t i = shape.size(); i-- > 0;) {
+        if (shape[i] != 1 && strides[i] != step) return false;
+        step *= shape[i];
+    }
+    return true;
 }
 
 // A compiled op as Python holds it: runs on arrays checked against its compiled layout.

@@ -66,14 +66,7 @@ struct Executor {
         add(spec.output);
     }
 
-    static bool is_dense(const TensorDesc &d) {
-        int64_t step = 1;
-        for (size_t i = d.shape.size(); i-- > 0;) {
-            if (d.shape[i] != 1 && d.strides[i] != step) return false;
-            step *= d.shape[i];
-        }
-        return true;
-    }
+    static bool is_dense(const TensorDesc &d) { return is_c_dense(d.shape, d.strides, 1); }
 
     // Whether h is an array of dtype and `shape`, aligned, laid out as a tensor of `compiled`
     // shape and `strides` (in elements): the same sizes and strides for every dim of more
@@ -123,12 +116,6 @@ struct Executor {
         return strided(i) ? call_strides[i] : compiled.op->spec().inputs[i].strides;
     }
 
-    static std::pair<uintptr_t, uintptr_t> extent(const py::array &a) {
-        auto lo = reinterpret_cast<uintptr_t>(a.data()), hi = lo + a.itemsize();
-        for (py::ssize_t i = 0; i < a.ndim(); ++i) hi += (a.shape(i) - 1) * a.strides(i);
-        return {lo, hi};  // strides are positive here (checked at planning)
-    }
-
     py::array run(const py::tuple &inputs, const py::object &out) const {
         const auto &spec = compiled.op->spec();
         if (inputs.size() != call_size) throw SignatureMismatch();
@@ -150,9 +137,9 @@ struct Executor {
                 throw SignatureMismatch();
             result = py::reinterpret_borrow<py::array>(out);
             if (!result.writeable()) throw SignatureMismatch();
-            auto [lo, hi] = extent(result);
+            auto [lo, hi] = address_range(result);
             for (size_t i : order) {
-                auto [a, b] = extent(py::reinterpret_borrow<py::array>(inputs[i]));
+                auto [a, b] = address_range(py::reinterpret_borrow<py::array>(inputs[i]));
                 if (a < hi && lo < b) throw SignatureMismatch();
             }
         }

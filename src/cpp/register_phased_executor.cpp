@@ -31,14 +31,7 @@ struct Layout {
         return hi;
     }
 
-    bool dense() const {
-        int64_t step = dtype.itemsize();
-        for (size_t i = shape.size(); i-- > 0;) {
-            if (shape[i] != 1 && strides[i] != step) return false;
-            step *= shape[i];
-        }
-        return true;
-    }
+    bool dense() const { return is_c_dense(shape, strides, dtype.itemsize()); }
 
     // Whether h is an array laid out as this one: dtype, shape, the strides of every dim of
     // more than one element, and aligned.
@@ -177,12 +170,6 @@ struct PhasedExecutor {
     std::vector<size_t> staged_offsets;  // emulated: each input's, then the result's, in floats
     size_t staged_total = 0;
 
-    static std::pair<uintptr_t, uintptr_t> span(const py::array &a) {
-        auto lo = reinterpret_cast<uintptr_t>(a.data()), hi = lo + a.itemsize();
-        for (py::ssize_t i = 0; i < a.ndim(); ++i) hi += (a.shape(i) - 1) * a.strides(i);
-        return {lo, hi};
-    }
-
     // Runs every step on the call's arrays at `bases` into the result at `result`. No GIL.
     bool run_steps(const std::vector<char *> &bases, char *result) const {
         std::vector<void *> ptrs;
@@ -264,9 +251,9 @@ struct PhasedExecutor {
             if (!output.matches(out)) throw SignatureMismatch();
             result = py::reinterpret_borrow<py::array>(out);
             if (!result.writeable()) throw SignatureMismatch();
-            auto [lo, hi] = span(result);
+            auto [lo, hi] = address_range(result);
             for (size_t i = 0; i < inputs.size(); ++i) {
-                auto [a, b] = span(py::reinterpret_borrow<py::array>(call[i]));
+                auto [a, b] = address_range(py::reinterpret_borrow<py::array>(call[i]));
                 if (a < hi && lo < b) throw SignatureMismatch();
             }
         }
