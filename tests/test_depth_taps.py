@@ -59,6 +59,32 @@ def test_depth_taps_match_the_reference(seed: int, op: str, code: str) -> None:
     assert (instance.lowering or "").startswith(base.DEPTH_TAPS), instance.lowering
 
 
+@pytest.mark.usefixtures("taps_everywhere")
+@pytest.mark.parametrize("code", ["f32", "bf16"])
+@pytest.mark.parametrize("seed", range(10))
+def test_strided_forward_taps_that_write_match_the_reference(seed: int, code: str) -> None:
+    """Random forwards strided in depth (dilations, pads, output_padding, a bias or none, one
+    to three samples): where the taps write the planes no earlier tap met
+    (depth_taps._forward_order), the reference's values for a fresh result, an out= in
+    Fortran order and strided inputs."""
+    rng = np.random.default_rng(300 + seed)
+    fixed = {"groups": "depthwise", "stride0": 2 + seed % 2, "n": 1 + seed % 3, "bias": seed % 2 == 0}
+
+    def choose(name: str, options: Any) -> Any:
+        return fixed.get(name, options[int(rng.integers(len(options)))])
+
+    def writes(cfg: Config) -> bool:
+        p = _problem(cfg, op=FWD)
+        return depth_taps.fits(p) and depth_taps._forward_order(p, depth_taps._reach(p)) is not None
+
+    cfg = build_config(choose, rank=3)
+    while not writes(cfg):
+        cfg = build_config(choose, rank=3)
+    instance = _matches_the_reference(FWD, cfg, rng, code)
+    phases = instance.last_plan.lowering.phases
+    assert any(ph.lowering is not None and not ph.accumulate for ph in phases), instance.lowering
+
+
 def _matches_the_reference(op: str, cfg: Config, rng: np.random.Generator, code: str) -> Any:
     """The op of ``cfg`` (returned) on random arrays gives the reference's values: a fresh
     result, an out= full of NaN in Fortran order (every window a view of other strides,
@@ -251,10 +277,30 @@ def test_each_plane_is_written_once_then_added_to() -> None:
     # 4 samples x 2 taps = 8 ops per sample against 2 + 2 planes per plane: per plane
     assert depth_taps.parts(_problem(none)) == 4 == len(low.phases) - 1
     assert all(isinstance(ph.out, base.View) and ph.out.axes is None for ph in low.phases[1:])
-    # the forward: dst filled (the bias, or zeros), every op adds to it
+    # the forward, k4 s2 p1 over 3 planes: taps 1 and 2 meet the even and the odd dst planes
+    # (0 2 4, 1 3 5) and write them, taps 0 and 3 meet some of those again and add; no plane
+    # is left to fill; the bias is added after the ops (bias_stage)
     low = lowering.build(_problem(whole.with_(bias=True), op=FWD), base.DEPTH_TAPS)
-    assert low.phases[0].lowering is None and low.phases[0].fill == ()
-    assert all(ph.accumulate for ph in low.phases[1:]) and len(low.phases) == 11
+    assert [ph.accumulate for ph in low.phases] == [False] * 6 + [True] * 4
+    assert all(ph.fill is None for ph in low.phases) and low.bias_stage
+    assert [ph.out.index[-1] for ph in low.phases[:6]] == [0, 2, 4, 1, 3, 5]  # type: ignore[union-attr]
+    # taps that tile dst (k2 s2) write every plane; k1 s2 with output_padding 1 leaves the
+    # odd planes to zero, each run of them a fill of its own (NCX: the planes' axis is 2)
+    tiles = lowering.build(_problem(whole.with_(kernel=(2, 3, 3), pads_begin=(0, 1, 1), pads_end=(0, 1, 1)), op=FWD),
+                           base.DEPTH_TAPS)
+    assert not any(ph.accumulate or ph.fill is not None for ph in tiles.phases) and not tiles.bias_stage
+    sparse = whole.with_(kernel=(1, 3, 3), pads_begin=(0, 1, 1), pads_end=(0, 1, 1), output_padding=(1, 0, 0))
+    low = lowering.build(_problem(sparse, op=FWD), base.DEPTH_TAPS)
+    fills = [ph.fill for ph in low.phases if ph.lowering is None]
+    assert [f.index[2] for f in fills] == [slice(1, 2), slice(3, 4), slice(5, 6)]  # type: ignore[union-attr]
+    assert not any(ph.accumulate for ph in low.phases)
+    # where a tap meets planes both met and not met before (k2 s2 with dilation 2: taps 0
+    # and 1 meet planes 0 2 4 and 2 4 6), dst is filled (the bias, or zeros) first and every
+    # op adds to it
+    overlap = whole.with_(kernel=(2, 3, 3), dilations=(2, 1, 1), pads_begin=(0, 1, 1), pads_end=(0, 1, 1), bias=True)
+    low = lowering.build(_problem(overlap, op=FWD), base.DEPTH_TAPS)
+    assert low.phases[0].lowering is None and low.phases[0].fill == () and not low.bias_stage
+    assert all(ph.accumulate for ph in low.phases[1:])
     # BackwardWeights: each tap's first op writes its slice of the weights, the others add;
     # a tap that reaches no plane (k5 s1 over one plane, pads 1/1: taps 0 and 4) is zeroed
     low = lowering.build(_problem(whole, op=BWD_W), base.DEPTH_TAPS)
@@ -376,12 +422,18 @@ def test_the_rules_take_the_channels_last_taps_where_they_ran_faster(
 
 def test_a_bf16_forward_follows_the_zen4s_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the Zen4 a strided bf16 forward takes them where the depth kernel is a multiple of
-    its stride (the library's native bf16 op is slow there), in either format; f32 in NXC."""
+    its stride (the library's native bf16 op is slow there), in either format, and in NXC
+    from MIN_BF16_CHANNELS channels; f32 in NXC, and in NCX where the depth kernel is a
+    longer multiple of its stride (k4 s2, not k2 s2 or k3 s2)."""
     cfg = Config(src=(4, 3, 3), kernel=(4, 3, 3), strides=2, pads_begin=1, pads_end=1, n=2, ic=4, oc=4, groups=4)
-    for code, fmt, kernel, taps in [("bf16", "NCX", 4, True), ("bf16", "NXC", 3, False), ("f32", "NCX", 4, False),
-                                    ("f32", "NXC", 3, True)]:
-        one = cfg.with_(kernel=(kernel, 3, 3), data_format=fmt, weights_format="XOI" if fmt == "NXC" else "IOX")
-        assert depth_taps.faster_on_zen4(_problem(one, code, FWD)) is taps, (code, fmt, kernel)
+    wide = depth_taps.MIN_BF16_CHANNELS
+    for code, fmt, kernel, channels, taps in [
+            ("bf16", "NCX", 4, 4, True), ("bf16", "NXC", 3, 4, False), ("bf16", "NXC", 3, wide, True),
+            ("bf16", "NCX", 3, wide, False), ("f32", "NCX", 4, 4, True), ("f32", "NCX", 2, 4, False),
+            ("f32", "NCX", 3, 4, False), ("f32", "NXC", 3, 4, True)]:
+        one = cfg.with_(kernel=(kernel, 3, 3), data_format=fmt, weights_format="XOI" if fmt == "NXC" else "IOX",
+                        ic=channels, oc=channels, groups=channels)
+        assert depth_taps.faster_on_zen4(_problem(one, code, FWD)) is taps, (code, fmt, kernel, channels)
 
 
 @pytest.mark.usefixtures("taps_everywhere")

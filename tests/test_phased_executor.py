@@ -96,6 +96,12 @@ CASES = [
          groups=8),
     Case("depth taps k4 s2", "bwd_d", ((3, 8, 6, 6, 8), (4, 4, 4, 1, 8)), (4, 4, 4), 2, 1, base.DEPTH_TAPS,
          groups=8),
+    # forward depth taps that tile dst write their planes (no sum): the fills of the planes
+    # no tap meets (output_padding), the bias after them
+    Case("depth taps fwd k2 s2", "fwd", ((2, 4, 5, 5, 8), (2, 2, 2, 1, 8)), (2, 2, 2), 2, 0, base.DEPTH_TAPS,
+         groups=8),
+    Case("depth taps fwd k2 s2 op1 bias", "fwd", ((2, 4, 5, 5, 8), (2, 2, 2, 1, 8)), (2, 2, 2), 2, 0,
+         base.DEPTH_TAPS, groups=8, output_padding=1, bias=True),
     Case("polyphase bwd_w NXC bf16", "bwd_w", ((2, 5, 5, 16), (2, 10, 10, 16)), (4, 4), 2, 1, base.POLYPHASE,
          dtype=BF16, weights_shape=(4, 4, 16, 16)),
     # zero fills: outputs of a phase that its taps do not reach (output_padding)
@@ -110,6 +116,8 @@ CASES = [
     Case("polyphase in f32 bwd_d bf16", "bwd_d", ((2, 10, 10, 4), (4, 4, 4, 6)), (4, 4), 2, 1,
          base.POLYPHASE + lowering.IN_F32, dtype=BF16),
     Case("depth taps in f32 k4 s2 bf16", "bwd_d", ((3, 8, 6, 6, 8), (4, 4, 4, 1, 8)), (4, 4, 4), 2, 1,
+         base.DEPTH_TAPS + lowering.IN_F32, groups=8, dtype=BF16),
+    Case("depth taps in f32 fwd k2 s2 bf16", "fwd", ((2, 4, 5, 5, 8), (2, 2, 2, 1, 8)), (2, 2, 2), 2, 0,
          base.DEPTH_TAPS + lowering.IN_F32, groups=8, dtype=BF16),
 ]
 NATIVE_BF16 = next(c for c in CASES if c.name == "polyphase bwd_w NXC bf16")

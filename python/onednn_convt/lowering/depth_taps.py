@@ -196,6 +196,11 @@ def faster_on_zen3(p: Problem) -> bool:
     return p.data_format == "NXC" and overlap and p.src[0] >= MIN_WEIGHTS_PLANES
 
 
+#: the fewest channels of a strided bf16 NXC forward that the Zen4's rule runs by depth taps
+#: where its depth kernel is not a multiple of its stride (:func:`faster_on_zen4`)
+MIN_BF16_CHANNELS = 16
+
+
 def faster_on_zen4(p: Problem) -> bool:
     """Where the depth taps ran faster than the rules' other choices on an AMD Zen4
     (avx512_core_bf16, 2 threads, the same 30 layers, every op, f32 and bf16, the rules taking
@@ -210,16 +215,24 @@ def faster_on_zen4(p: Problem) -> bool:
     line). Over all 180 configurations per dtype: f32 2.05x, bf16 2.16x. Since NXC taps merge
     their samples' planes (:func:`_merges`; ``ab-depth-taps-nxc-merged-*.json``, the 90 NXC
     configurations per dtype again: f32 3.96x, bf16 3.12x), BackwardWeights in NXC at depth
-    k2 s2 too (f32 2.25-5.59x, bf16 0.92-2.87x over 5 layers; k4 s4 still lost, 0.59-1.09x)."""
+    k2 s2 too (f32 2.25-5.59x, bf16 0.92-2.87x over 5 layers; k4 s4 still lost, 0.59-1.09x).
+    Since a strided forward's taps write the planes no earlier tap met (:func:`_forward_order`;
+    ``ab-depth-taps-forward-writes-*.json``, the 19 strided layers, two runs each): in NCX f32
+    where the depth kernel is a multiple of its stride and longer (k4 s2: 1.14-3.71x on 4
+    layers; k2 s2 lost on one of 5, 0.59-0.75x; k3 s2 and k4 s4 mixed, 0.70-1.56x), and in
+    NXC bf16 with at least :data:`MIN_BF16_CHANNELS` channels at any stride (k3 s2:
+    1.49-2.86x on 5 layers, 0.98x on a 6^3 one; an 8-channel layer lost, 0.63-0.67x; NCX
+    bf16 k3 s2 0.41-1.71x from run to run)."""
     overlap = p.geometry.strides[0] < p.kernel[0]
     if p.op == BACKWARD_DATA:
         return p.data_format == "NXC" or overlap
     if p.op == FORWARD:
-        if p.geometry.strides[0] == 1:
+        s, k = p.geometry.strides[0], p.kernel[0]
+        if s == 1:
             return True
         if p.dtype == "bf16":
-            return p.kernel[0] % p.geometry.strides[0] == 0
-        return p.data_format == "NXC"
+            return k % s == 0 or (p.data_format == "NXC" and p.ic >= MIN_BF16_CHANNELS)
+        return p.data_format == "NXC" or (overlap and k % s == 0)
     return p.data_format == "NXC" and (overlap or p.kernel[0] == p.geometry.strides[0] == 2)
 
 
@@ -284,6 +297,64 @@ def plane_problem(p: Problem, batch: int) -> Problem:
                    output_padding=p.output_padding[1:]).with_call_shapes()
 
 
+def _planes(r: tuple[int, int, int, int], s: int) -> set[int]:
+    """The dst planes (of each sample) tap ``r`` of :func:`_reach` meets."""
+    _, _, count, o0 = r
+    return set(range(o0, o0 + s * count, s))
+
+
+def _forward_order(p: Problem, reach: Sequence[tuple[int, int, int, int]]) -> Optional[list[tuple[tuple[int, int, int, int], bool]]]:
+    """The forward's taps in the order they run, each with whether its ops add to dst (else
+    they write their planes), where each tap meets either only planes no earlier tap met
+    (it writes them) or only planes earlier taps met (it adds); the taps that meet the most
+    planes first (a k4 s2 layer's taps 1 and 2 write the even and the odd planes, taps 0 and
+    3 add). None where that does not hold, or where a tap that would write runs ops over
+    every sample's planes and misses some of each sample's (:func:`_merges`: its result's
+    planes there met a neighbouring sample's), or at a depth stride of 1: then dst is filled
+    first and every op adds. Writing rather than adding saves the fill and the sums
+    (NumPy's, where oneDNN 3.2 fuses none: the strided 2-D deconvolution writes a blocked
+    layout), and a forward whose taps tile dst (k2 s2, k4 s4) becomes one library op per
+    part with no sum, which the phased executor runs. Measured on an AMD Zen4 (2 threads, the
+    3-D depthwise layers of ``benchmarks/random_layers_3d_depthwise.json``, every forward the
+    rules run by depth taps, f32 and bf16, alternated in one process;
+    ``benchmarks/forward_taps_ab.py``, ``results/zen4/forward-taps-writes-*.json``): strided
+    in depth, 43 configurations, fill-and-add /
+    writes 1.45x (geomean; min 1.02, max 2.05, the tiling k2 s2 and k4 s4 layers 1.5-2.05x
+    with the executor); at a depth stride of 1 (the whole tap writing, merged), 44
+    configurations, 1.03x, min 0.69: not taken there."""
+    s = p.geometry.strides[0]
+    if s == 1:
+        return None
+    met: set[int] = set()
+    order = []
+    for r in sorted(reach, key=lambda r: -r[2]):
+        planes = _planes(r, s)
+        if planes.isdisjoint(met):
+            if _merges(p, r) and r[2] != p.src[0]:  # its result's planes met a neighbouring sample's
+                return None
+            order.append((r, False))
+            met |= planes
+        elif planes <= met:
+            order.append((r, True))
+        else:
+            return None
+    return order
+
+
+def _unreached(p: Problem, reach: Sequence[tuple[int, int, int, int]]) -> list[tuple[int, int]]:
+    """The runs ``(a, b)`` of dst planes (the same in each sample) that no tap meets."""
+    met = set().union(*(_planes(r, p.geometry.strides[0]) for r in reach))
+    runs: list[tuple[int, int]] = []
+    for plane in range(p.dst[0]):
+        if plane in met:
+            continue
+        if runs and runs[-1][1] == plane:
+            runs[-1] = (runs[-1][0], plane + 1)
+        else:
+            runs.append((plane, plane + 1))
+    return runs
+
+
 def build(p: Problem, choose: Chooser) -> Lowering:
     """The depth-taps lowering of ``p`` (:func:`applies`); ``choose`` gives each 2-D problem
     its lowering (the rules' choice)."""
@@ -333,12 +404,20 @@ def build(p: Problem, choose: Chooser) -> Lowering:
             for batch, src, dst, zero in ops_of(*r):
                 phases.append(Phase(lowering_of(batch), ((0, dst), (1, tap(r[0]))), src, None,
                                     accumulate=r is not whole, zero=zero))
-    elif p.op == FORWARD:  # dst filled with the bias (or zeros) first, every op adds to it
-        phases.append(Phase(None, (), (), ()))
-        for r in reach:
+    elif p.op == FORWARD:
+        order = _forward_order(p, reach)
+        bias_after = order is not None and p.bias
+        if order is None:  # dst filled with the bias (or zeros) first, every op adds to it
+            phases.append(Phase(None, (), (), ()))
+            order = [(r, True) for r in reach]
+        else:  # the planes no tap reaches zeroed; the bias added after the ops (bias_stage)
+            phases += [Phase(None, (), (), View((slice(None),) * depth + (slice(a, b),))) for a, b in _unreached(p, reach)]
+        for r, adds in order:
             for batch, src, dst, zero in ops_of(*r):
                 phases.append(Phase(lowering_of(batch), ((0, src), (1, tap(r[0]))), dst, None,
-                                    accumulate=True, zero=zero))
+                                    accumulate=adds, zero=zero))
+        return Lowering(base.DEPTH_TAPS, {}, tuple(range(len(p.input_shapes))), p.out_shape, name=base.DEPTH_TAPS,
+                        phases=tuple(phases), bias_stage=bias_after)
     else:  # each tap's weights gradient: its first op writes it, the others add (none: zeros)
         reached = {r[0] for r in reach}
         phases += [Phase(None, (), tap(t), tap(t)) for t in range(p.kernel[0]) if t not in reached]
