@@ -19,7 +19,10 @@ one per plane (its batch: the samples), whichever takes fewer ops, weighed by
 - BackwardData: each op gives diff_src planes a part; the ops of a tap that reaches every
   plane write them, the others add (where no tap reaches every plane, diff_src is zeroed
   first);
-- the forward: dst is filled with the bias (or zeros), and every op adds to its planes;
+- the forward, strided in depth: each tap writes the dst planes it meets first and adds to
+  those an earlier tap wrote, the planes no tap meets are zeroed and the bias is added after
+  the ops (:func:`_forward_order`); at a depth stride of 1, dst is filled with the bias (or
+  zeros) and every op adds to its planes;
 - BackwardWeights: each tap's op gives a part of that tap's weights gradient; the first
   writes it, the others add (a tap that reaches no plane is zero).
 
@@ -54,7 +57,11 @@ MIN_WEIGHTS_PLANES = 4
 Chooser = Callable[[Problem], Lowering]
 
 
-def _reach(p: Problem) -> list[tuple[int, int, int, int]]:
+#: a tap of :func:`_reach`: (tap, its first src plane, how many src planes, the first's dst plane)
+Tap = tuple[int, int, int, int]
+
+
+def _reach(p: Problem) -> list[Tap]:
     """Per depth tap that reaches dst: (tap, its first src plane ``i0``, how many src planes
     it reaches, the first one's dst plane)."""
     g = p.geometry
@@ -297,21 +304,21 @@ def plane_problem(p: Problem, batch: int) -> Problem:
                    output_padding=p.output_padding[1:]).with_call_shapes()
 
 
-def _planes(r: tuple[int, int, int, int], s: int) -> set[int]:
-    """The dst planes (of each sample) tap ``r`` of :func:`_reach` meets."""
+def _planes(r: Tap, s: int) -> set[int]:
+    """The dst planes (of each sample) tap ``r`` meets, at depth stride ``s``."""
     _, _, count, o0 = r
     return set(range(o0, o0 + s * count, s))
 
 
-def _forward_order(p: Problem, reach: Sequence[tuple[int, int, int, int]]) -> Optional[list[tuple[tuple[int, int, int, int], bool]]]:
+def _forward_order(p: Problem, reach: Sequence[Tap]) -> Optional[list[tuple[Tap, bool]]]:
     """The forward's taps in the order they run, each with whether its ops add to dst (else
     they write their planes), where each tap meets either only planes no earlier tap met
     (it writes them) or only planes earlier taps met (it adds); the taps that meet the most
     planes first (a k4 s2 layer's taps 1 and 2 write the even and the odd planes, taps 0 and
-    3 add). None where that does not hold, or where a tap that would write runs ops over
-    every sample's planes and misses some of each sample's (:func:`_merges`: its result's
-    planes there met a neighbouring sample's), or at a depth stride of 1: then dst is filled
-    first and every op adds. Writing rather than adding saves the fill and the sums
+    3 add). None where that does not hold, or at a depth stride of 1 (where the ops run over
+    every sample's planes, :func:`_merges`): then dst is filled first and every op adds. A
+    strided forward's ops take one sample's or one plane's planes, so a write reaches no
+    neighbouring sample's. Writing rather than adding saves the fill and the sums
     (NumPy's, where oneDNN 3.2 fuses none: the strided 2-D deconvolution writes a blocked
     layout), and a forward whose taps tile dst (k2 s2, k4 s4) becomes one library op per
     part with no sum, which the phased executor runs. Measured on an AMD Zen4 (2 threads, the
@@ -330,8 +337,6 @@ def _forward_order(p: Problem, reach: Sequence[tuple[int, int, int, int]]) -> Op
     for r in sorted(reach, key=lambda r: -r[2]):
         planes = _planes(r, s)
         if planes.isdisjoint(met):
-            if _merges(p, r) and r[2] != p.src[0]:  # its result's planes met a neighbouring sample's
-                return None
             order.append((r, False))
             met |= planes
         elif planes <= met:
@@ -341,7 +346,7 @@ def _forward_order(p: Problem, reach: Sequence[tuple[int, int, int, int]]) -> Op
     return order
 
 
-def _unreached(p: Problem, reach: Sequence[tuple[int, int, int, int]]) -> list[tuple[int, int]]:
+def _unreached(p: Problem, reach: Sequence[Tap]) -> list[tuple[int, int]]:
     """The runs ``(a, b)`` of dst planes (the same in each sample) that no tap meets."""
     met = set().union(*(_planes(r, p.geometry.strides[0]) for r in reach))
     runs: list[tuple[int, int]] = []
@@ -396,6 +401,7 @@ def build(p: Problem, choose: Chooser) -> Lowering:
         return [(p.n, View(every + (i0 + j,)), View(every + (o0 + s * j,)), ()) for j in range(count)]
 
     phases: list[Phase] = []
+    bias_after = False  # a forward's bias added after the ops (Lowering.bias_stage), not filled first
     if p.op == BACKWARD_DATA:  # diff_src planes: written by a tap that reaches them all, else zeroed
         whole = next((r for r in reach if r[2] == p.src[0]), None)
         if whole is None:
@@ -406,18 +412,17 @@ def build(p: Problem, choose: Chooser) -> Lowering:
                                     accumulate=r is not whole, zero=zero))
     elif p.op == FORWARD:
         order = _forward_order(p, reach)
-        bias_after = order is not None and p.bias
         if order is None:  # dst filled with the bias (or zeros) first, every op adds to it
             phases.append(Phase(None, (), (), ()))
             order = [(r, True) for r in reach]
-        else:  # the planes no tap reaches zeroed; the bias added after the ops (bias_stage)
-            phases += [Phase(None, (), (), View((slice(None),) * depth + (slice(a, b),))) for a, b in _unreached(p, reach)]
+        else:  # the planes no tap meets zeroed; the bias added after the ops (bias_stage)
+            every = (slice(None),) * depth
+            phases += [Phase(None, (), (), View(every + (slice(a, b),))) for a, b in _unreached(p, reach)]
+            bias_after = p.bias
         for r, adds in order:
             for batch, src, dst, zero in ops_of(*r):
                 phases.append(Phase(lowering_of(batch), ((0, src), (1, tap(r[0]))), dst, None,
                                     accumulate=adds, zero=zero))
-        return Lowering(base.DEPTH_TAPS, {}, tuple(range(len(p.input_shapes))), p.out_shape, name=base.DEPTH_TAPS,
-                        phases=tuple(phases), bias_stage=bias_after)
     else:  # each tap's weights gradient: its first op writes it, the others add (none: zeros)
         reached = {r[0] for r in reach}
         phases += [Phase(None, (), tap(t), tap(t)) for t in range(p.kernel[0]) if t not in reached]
@@ -425,4 +430,4 @@ def build(p: Problem, choose: Chooser) -> Lowering:
             for k, (batch, src, dst, _) in enumerate(ops_of(*r)):
                 phases.append(Phase(lowering_of(batch), ((0, src), (1, dst)), tap(r[0]), None, accumulate=k > 0))
     return Lowering(base.DEPTH_TAPS, {}, tuple(range(len(p.input_shapes))), p.out_shape, name=base.DEPTH_TAPS,
-                    phases=tuple(phases))
+                    phases=tuple(phases), bias_stage=bias_after)
