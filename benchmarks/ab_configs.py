@@ -1,7 +1,7 @@
 """What the side-by-side scripts share: their command line (a suite's layers, or a layers
 JSON file as ``onednn-convt bench --layers-json`` reads it, filtered by layer names, ops,
-data formats and dtypes), the configurations it names, in order, and the summary of their
-rows."""
+data formats and dtypes), the configurations it names, in order, two calls timed in
+alternation, and the summary of their rows."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
+
+from lowering_ab import _per_call_ms  # a sibling module (this folder is on sys.path when run)
 
 from onednn_convt import cpu
 from onednn_convt.bench import suites
@@ -44,6 +46,19 @@ def configurations(args: argparse.Namespace, script: str, skipped: Sequence[str]
             for fmt in args.formats.split(","):
                 for code in args.dtypes.split(","):
                     yield suites.Config(suite, layer, op_name, code, fmt)
+
+
+def alternated(first: Callable[[], Any], second: Callable[[], Any], rounds: int = 11,
+               seconds: float = 0.02) -> tuple[float, float]:
+    """Median milliseconds per call of ``first`` and ``second``, timed in alternation (the
+    order swapped every round): ``rounds`` rounds of each, each as many calls (at most 200)
+    as fill about ``seconds`` by ``second``'s first call."""
+    n = max(1, min(200, int(seconds / max(1e-6, _per_call_ms(second, 1) / 1e3))))
+    times: tuple[list[float], list[float]] = ([], [])
+    for r in range(rounds):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            times[i].append(_per_call_ms((first, second)[i], n))
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def report(args: argparse.Namespace, rows: list[dict[str, Any]], **extra: Any) -> int:

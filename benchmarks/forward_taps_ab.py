@@ -19,12 +19,10 @@ has a phased executor, and the geometric mean of the ratios.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import ab_configs  # the sibling modules (this folder is on sys.path when run)
 import numpy as np
-from lowering_ab import _per_call_ms
 
 from onednn_convt import native
 from onednn_convt.lowering import base, depth_taps
@@ -64,15 +62,11 @@ def main(argv: list[str] | None = None) -> int:
 
         a, b = np.asarray(new(), np.float64), np.asarray(old(), np.float64)
         error = float(np.abs(a - b).max()) / max(1.0, float(np.abs(b).max()))
-        n = max(1, min(200, int(0.02 / max(1e-6, _per_call_ms(old, 1) / 1e3))))
-        t_new, t_old = [], []
-        for r in range(11):
-            for times, f in ((t_new, new), (t_old, old))[:: 1 if r % 2 == 0 else -1]:
-                times.append(_per_call_ms(f, n))
+        writes_ms, adds_ms = ab_configs.alternated(new, old)
         executor = isinstance(getattr(writes.op.last_plan, "executor", None), native.PhasedExecutor)
         row = dict(layer=config.layer.name, op=config.op, format=config.data_format, dtype=config.dtype,
-                   lowering=writes.op.lowering, executor=executor, writes_ms=statistics.median(t_new),
-                   adds_ms=statistics.median(t_old), max_rel_diff=error)
+                   lowering=writes.op.lowering, executor=executor, writes_ms=writes_ms,
+                   adds_ms=adds_ms, max_rel_diff=error)
         row["ratio"] = row["adds_ms"] / row["writes_ms"]
         rows.append(row)
         print(f"{row['layer']:28s} {row['format']} {row['dtype']:4s} executor {str(executor):5s}"

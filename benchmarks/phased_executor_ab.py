@@ -20,12 +20,10 @@ names them.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import ab_configs  # the sibling modules (this folder is on sys.path when run)
 import numpy as np
-from lowering_ab import _per_call_ms
 
 from onednn_convt import native
 
@@ -56,14 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         assert without.op._fast is None, "the Python op took a fast path"
         same = bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)) and
                     np.array_equal(np.asarray(first).view(np.uint8), a.view(np.uint8)))
-        n = max(1, min(200, int(0.02 / max(1e-6, _per_call_ms(fast, 1) / 1e3))))
-        t_fast, t_python = [], []
-        for r in range(11):
-            for times, f in ((t_fast, fast), (t_python, python))[:: 1 if r % 2 == 0 else -1]:
-                times.append(_per_call_ms(f, n))
+        executor_ms, python_ms = ab_configs.alternated(fast, python)
         row = dict(layer=config.layer.name, op=config.op, format=config.data_format, dtype=config.dtype,
-                   lowering=with_executor.op.lowering, steps=executor.steps, executor_ms=statistics.median(t_fast),
-                   python_ms=statistics.median(t_python), same_bits=same)
+                   lowering=with_executor.op.lowering, steps=executor.steps, executor_ms=executor_ms,
+                   python_ms=python_ms, same_bits=same)
         row["ratio"] = row["python_ms"] / row["executor_ms"]
         rows.append(row)
         print(f"{row['layer']:28s} {row['op']:5s} {row['format']} {row['dtype']:4s} {executor.steps:3d} steps"
